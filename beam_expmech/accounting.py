@@ -1,0 +1,127 @@
+"""Privacy budgets: every release is charged, composition is explicit, overspending is refused.
+
+A ``Release`` states what one mechanism run costs; a ``PrivacyBudget`` adds releases up and
+refuses, before the mechanism runs, any release that would take it past its total.
+
+How releases compose:
+- Pure DP (a budget with delta = 0): epsilons add up. Every release must have a pure
+  guarantee; a zCDP-only release (Gaussian noise) cannot be charged to such a budget.
+- Approximate DP (delta > 0): zCDP parameters add up (Bun and Steinke 2016), and the total is
+  converted to epsilon at the budget's delta by dp-accounting's RDP conversion. If every release
+  is pure, the plain sum of epsilons is also valid, and the smaller of the two is what is spent.
+
+What each mechanism costs in zCDP: the exponential mechanism is epsilon-bounded-range, hence
+epsilon**2/8-zCDP (Cesar and Rogers 2021); any other pure epsilon-DP mechanism, permute-and-flip
+and Laplace included, only epsilon**2/2-zCDP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dp_accounting import ZCDpEvent
+from dp_accounting.rdp import RdpAccountant
+
+from beam_expmech import parameters
+
+# RDP orders for the zCDP -> (epsilon, delta) conversion: wide enough for small rho.
+_RDP_ORDERS = np.concatenate([np.linspace(1.01, 10, 200), np.geomspace(10.1, 1e7, 400)])
+# Floating-point sums of epsilons such as 0.1 * 10 may exceed the total by an ulp or so.
+_RELATIVE_SLACK = 1e-12
+
+
+@dataclass(frozen=True)
+class Release:
+    """The cost of one mechanism run: its pure epsilon (None if it has none) and its zCDP rho."""
+
+    label: str
+    epsilon: float | None
+    rho: float
+
+    @classmethod
+    def exponential_mechanism(cls, epsilon: float, label: str = "exponential mechanism") -> Release:
+        """The exponential mechanism (and its one-shot top-k): epsilon-DP and epsilon**2/8-zCDP."""
+        epsilon = parameters.positive_finite(epsilon, "epsilon")
+        return cls(label, epsilon, epsilon**2 / 8)
+
+    @classmethod
+    def pure(cls, epsilon: float, label: str) -> Release:
+        """Any epsilon-DP mechanism that is not bounded-range (permute-and-flip, Laplace): epsilon**2/2-zCDP."""
+        epsilon = parameters.positive_finite(epsilon, "epsilon")
+        return cls(label, epsilon, epsilon**2 / 2)
+
+    @classmethod
+    def zcdp(cls, rho: float, label: str) -> Release:
+        """A rho-zCDP mechanism with no pure guarantee (Gaussian noise)."""
+        return cls(label, None, parameters.positive_finite(rho, "rho"))
+
+
+class BudgetExceededError(RuntimeError):
+    """A release would take a budget past its total; nothing was charged."""
+
+    def __init__(self, budget: PrivacyBudget, release: Release, spent_after: float):
+        self.budget, self.release, self.spent_after = budget, release, spent_after
+        super().__init__(
+            f"privacy budget exceeded: the budget is epsilon={budget.epsilon:g} (delta={budget.delta:g}), "
+            f"{budget.spent():g} is spent, and {release.label!r} asks for "
+            f"{_describe(release)}, which would make {spent_after:g}"
+        )
+
+
+class PrivacyBudget:
+    """A total (epsilon, delta)-DP guarantee, and the releases charged to it so far."""
+
+    def __init__(self, *, epsilon: float, delta: float = 0.0):
+        self.epsilon = parameters.positive_finite(epsilon, "epsilon")
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 <= delta < 1:
+            raise ValueError(f"delta must be a number in [0, 1), got {delta!r}")
+        self.delta = float(delta)
+        self._releases: list[Release] = []
+
+    @property
+    def releases(self) -> tuple[Release, ...]:
+        return tuple(self._releases)
+
+    def spent(self) -> float:
+        """The epsilon spent so far, at the budget's delta."""
+        return self._epsilon_of(self._releases)
+
+    def remaining(self) -> float:
+        return max(0.0, self.epsilon - self.spent())
+
+    def charge(self, release: Release) -> None:
+        """Record ``release``, or raise ``BudgetExceededError`` (recording nothing) if it does not fit."""
+        if self.delta == 0 and release.epsilon is None:
+            raise ValueError(
+                f"{release.label!r} has no pure epsilon guarantee (rho={release.rho:g}); "
+                "charge it to a budget with delta > 0"
+            )
+        spent_after = self._epsilon_of([*self._releases, release])
+        if spent_after > self.epsilon * (1 + _RELATIVE_SLACK):
+            raise BudgetExceededError(self, release, spent_after)
+        self._releases.append(release)
+
+    def _epsilon_of(self, releases: list[Release]) -> float:
+        if not releases:
+            return 0.0
+        pure = math.fsum(r.epsilon for r in releases) if all(r.epsilon is not None for r in releases) else math.inf
+        if self.delta == 0:
+            return pure
+        return min(pure, zcdp_to_epsilon(math.fsum(r.rho for r in releases), delta=self.delta))
+
+
+def zcdp_to_epsilon(rho: float, *, delta: float) -> float:
+    """The epsilon of (epsilon, delta)-DP implied by rho-zCDP (dp-accounting's RDP conversion)."""
+    rho = parameters.positive_finite(rho, "rho")
+    delta = parameters.probability(delta, "delta")
+    accountant = RdpAccountant(orders=_RDP_ORDERS)
+    accountant.compose(ZCDpEvent(rho=rho))
+    return float(accountant.get_epsilon(delta))
+
+
+def _describe(release: Release) -> str:
+    if release.epsilon is None:
+        return f"rho={release.rho:g} (zCDP)"
+    return f"epsilon={release.epsilon:g} (rho={release.rho:g})"

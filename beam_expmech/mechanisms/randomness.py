@@ -1,0 +1,60 @@
+"""Where the mechanisms' random bits come from.
+
+Privacy rests on the noise being unpredictable, so the default source is the operating
+system's CSPRNG (``os.urandom``). A seed or a ``numpy.random.Generator`` is accepted so that
+tests are repeatable; a draw made with one is NOT differentially private, and
+``RandomSource.private`` says so for callers that must record it (pipelines write it into
+their manifest).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+
+class RandomSource:
+    """Uniform random bits, from the OS CSPRNG or (for tests only) a seeded numpy generator."""
+
+    def __init__(self, generator: np.random.Generator | None = None):
+        self._generator = generator
+
+    @property
+    def private(self) -> bool:
+        """True when the bits come from the OS CSPRNG."""
+        return self._generator is None
+
+    def _bytes(self, n: int) -> bytes:
+        if self._generator is None:
+            return os.urandom(n)
+        return self._generator.bytes(n)
+
+    def uint16(self, n: int) -> np.ndarray:
+        """``n`` independent uniform 16-bit words."""
+        return np.frombuffer(self._bytes(2 * n), dtype=np.uint16)
+
+    def uint32(self, n: int) -> np.ndarray:
+        """``n`` independent uniform 32-bit words."""
+        return np.frombuffer(self._bytes(4 * n), dtype=np.uint32)
+
+    def bits(self, k: int) -> int:
+        """A uniform integer in [0, 2**k)."""
+        nbytes = (k + 7) // 8
+        return int.from_bytes(self._bytes(nbytes), "little") >> (8 * nbytes - k)
+
+
+RandomLike = None | int | np.random.Generator | RandomSource
+
+
+def random_source(rng: RandomLike = None) -> RandomSource:
+    """The source for ``rng``: None is the OS CSPRNG; an int seed or a Generator is for tests only."""
+    if rng is None:
+        return RandomSource()
+    if isinstance(rng, RandomSource):
+        return rng
+    if isinstance(rng, np.random.Generator):
+        return RandomSource(rng)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return RandomSource(np.random.default_rng(int(rng)))  # test-only: a seeded draw is not private
+    raise ValueError(f"rng must be None (OS randomness), an int seed or a numpy Generator, got {rng!r}")

@@ -1,0 +1,71 @@
+"""Validation of privacy parameters and scores, in one place.
+
+Every public mechanism calls these before it touches randomness, so a bad argument fails
+with a ``ValueError`` that names it, and never half-way through a draw.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+
+def positive_finite(value: object, name: str) -> float:
+    """``value`` as a float, if it is a real number, finite and > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return value
+
+
+def probability(value: object, name: str) -> float:
+    """``value`` as a float strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < 1:
+        raise ValueError(f"{name} must be a number strictly between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def count(value: object, name: str, *, at_most: int | None = None) -> int:
+    """``value`` as an int >= 1 (and <= ``at_most``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if at_most is not None and value > at_most:
+        raise ValueError(f"{name} = {value} exceeds the number of candidates ({at_most})")
+    return int(value)
+
+
+def scores_array(scores: object) -> np.ndarray:
+    """The scores as a non-empty 1-d array of finite ints or floats (ints stay ints, so stay exact)."""
+    array = np.asarray(scores)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"scores must be a non-empty 1-d sequence, got shape {array.shape}")
+    if array.dtype.kind in "iu":
+        return array
+    if array.dtype.kind == "f":
+        array = array.astype(np.float64, copy=False)
+        if not np.isfinite(array).all():
+            raise ValueError("scores must be finite: found NaN or infinity")
+        return array
+    if array.dtype.kind == "O" and all(
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in array
+    ):
+        return array  # Python ints beyond 64 bits: exact, on the slow path
+    raise ValueError(f"scores must be ints or floats, got dtype {array.dtype}")
+
+
+def log_measure_array(log_measure: object, size: int) -> np.ndarray | None:
+    """The log base measure as float64: finite or -inf (measure zero), not all -inf."""
+    if log_measure is None:
+        return None
+    array = np.asarray(log_measure, dtype=np.float64)
+    if array.shape != (size,):
+        raise ValueError(f"log_measure must have one entry per score ({size}), got shape {array.shape}")
+    if np.isnan(array).any() or (array == np.inf).any():
+        raise ValueError("log_measure must be finite or -inf (measure zero), found NaN or +inf")
+    if (array == -np.inf).all():
+        raise ValueError("log_measure is -inf everywhere: no candidate has positive measure")
+    return array

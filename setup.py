@@ -1,0 +1,37 @@
+"""beam-expmech: differentially private selection and synthesis with the exponential mechanism on Apache Beam.
+
+Dataflow workers install the package from this file (``--setup_file``), so it lists
+everything the library needs at run time and nothing more.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="beam-expmech",
+    version="0.1.0",
+    description="Differentially private answers from very large data with the exponential mechanism on Apache Beam",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["beam_expmech", "beam_expmech.*", "pipelines", "pipelines.*"]),
+    install_requires=[
+        "apache-beam[gcp]>=2.60",
+        "numpy>=1.26",
+        "pyarrow>=15",
+        "google-cloud-storage>=2.14",
+        # MPFR's correctly rounded log with directed rounding: the exact sampler's tie-breaks.
+        "gmpy2>=2.1.5",
+        # zCDP -> (epsilon, delta) conversion in the budget.
+        "dp-accounting>=0.4.4",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "scipy>=1.11",
+            "hypothesis>=6.100",
+            "ruff>=0.5",
+        ],
+        # Benchmarks compare against OpenDP's exact noisy max when it is installed.
+        "bench": ["opendp>=0.12"],
+    },
+)
