@@ -73,10 +73,10 @@ class LogWeights:
         infinite where no bound holds (Python ints beyond float range, a scale outside the
         normal range), so the screen keeps those candidates for the exact step.
         """
-        scale = float(self.scale)  # correctly rounded
         try:
+            scale = float(self.scale)  # correctly rounded
             w = self.scores.astype(np.float64)
-        except OverflowError:
+        except OverflowError:  # no float bound: the exact step decides among all candidates
             return np.zeros(self.scores.size), np.inf
         top = w.max()
         conversion = 0.0

@@ -1,0 +1,82 @@
+"""Budgets: composition, refusal before overspending, and the zCDP costs of each mechanism."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release, zcdp_to_epsilon
+from beam_expmech.mechanisms import top_k
+
+
+def test_pure_budget_adds_epsilons_and_refuses_the_release_that_would_overspend():
+    budget = PrivacyBudget(epsilon=1.0)
+    for _ in range(10):
+        budget.charge(Release.exponential_mechanism(0.1, "pick"))  # 0.1 * 10 must fit despite rounding
+    assert budget.spent() == pytest.approx(1.0)
+    with pytest.raises(BudgetExceededError) as refused:
+        budget.charge(Release.pure(0.05, "permute-and-flip"))
+    message = str(refused.value)
+    assert "epsilon=1" in message and "permute-and-flip" in message and "0.05" in message and "1.05" in message
+    assert len(budget.releases) == 10  # the refused release was not recorded
+
+
+def test_refusal_comes_before_the_mechanism_runs():
+    budget = PrivacyBudget(epsilon=0.5)
+    ran = []
+
+    def release(scores):
+        budget.charge(Release.exponential_mechanism(1.0, "top-2"))
+        ran.append(True)
+        return top_k(scores, 2, epsilon=1.0, sensitivity=1)
+
+    with pytest.raises(BudgetExceededError):
+        release([1, 2, 3])
+    assert ran == []
+
+
+def test_mechanism_costs():
+    assert Release.exponential_mechanism(2.0).rho == pytest.approx(0.5)  # bounded range: eps^2/8
+    assert Release.pure(2.0, "pf").rho == pytest.approx(2.0)  # pure only: eps^2/2
+    assert Release.zcdp(0.3, "gaussian").epsilon is None
+
+
+def test_zcdp_composition_beats_summing_many_small_releases():
+    budget = PrivacyBudget(epsilon=1.0, delta=1e-6)
+    for _ in range(19):
+        budget.charge(Release.exponential_mechanism(0.1, "round"))  # 1.9 in pure epsilon
+    assert budget.spent() < 1.0
+    assert budget.spent() == pytest.approx(zcdp_to_epsilon(19 * 0.01 / 8, delta=1e-6))
+    with pytest.raises(BudgetExceededError):
+        budget.charge(Release.exponential_mechanism(0.1, "round"))
+
+
+def test_zcdp_conversion_is_no_worse_than_the_classic_bound():
+    for rho in (1e-4, 0.01, 0.5, 3.0):
+        for delta in (1e-9, 1e-5):
+            classic = rho + 2 * math.sqrt(rho * math.log(1 / delta))  # Bun and Steinke 2016
+            assert zcdp_to_epsilon(rho, delta=delta) <= classic + 1e-9
+
+
+def test_zcdp_only_release_needs_delta():
+    with pytest.raises(ValueError, match="delta > 0"):
+        PrivacyBudget(epsilon=1.0).charge(Release.zcdp(0.01, "gaussian"))
+    approx = PrivacyBudget(epsilon=1.0, delta=1e-6)
+    approx.charge(Release.zcdp(0.01, "gaussian"))
+    approx.charge(Release.exponential_mechanism(0.2, "pick"))
+    assert approx.spent() == pytest.approx(zcdp_to_epsilon(0.01 + 0.2**2 / 8, delta=1e-6))
+
+
+@pytest.mark.parametrize("epsilon,delta,named", [(0, 0, "epsilon"), (math.inf, 0, "epsilon"), (1, 1, "delta"),
+                                                 (1, -0.1, "delta"), (1, math.nan, "delta")])
+def test_bad_budgets(epsilon, delta, named):
+    with pytest.raises(ValueError, match=named):
+        PrivacyBudget(epsilon=epsilon, delta=delta)
+
+
+def test_bad_releases():
+    with pytest.raises(ValueError, match="epsilon"):
+        Release.exponential_mechanism(-1)
+    with pytest.raises(ValueError, match="rho"):
+        Release.zcdp(0, "x")

@@ -1,0 +1,40 @@
+"""Random sources: the OS CSPRNG by default, seeded sources only for tests and marked not private."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from beam_expmech.mechanisms import RandomSource, random_source
+
+
+def test_default_is_the_os_csprng_and_private():
+    source = random_source(None)
+    assert source.private
+    a, b = source.uint32(4), source.uint32(4)
+    assert a.dtype == np.uint32 and not np.array_equal(a, b)
+
+
+def test_seeded_sources_repeat_and_are_not_private():
+    a, b = random_source(7), random_source(7)
+    assert not a.private
+    assert np.array_equal(a.uint16(100), b.uint16(100))
+    assert a.bits(77) == b.bits(77)
+    generator = np.random.default_rng(1)
+    assert random_source(generator).private is False
+    source = RandomSource()
+    assert random_source(source) is source
+
+
+def test_bits_are_uniform_in_range():
+    source = random_source(3)
+    draws = np.array([source.bits(5) for _ in range(6400)])
+    assert draws.min() == 0 and draws.max() == 31
+    counts = np.bincount(draws, minlength=32)
+    assert np.abs(counts - 200).max() < 80  # 5.6 standard deviations
+
+
+@pytest.mark.parametrize("bad", ["seed", 1.5, True])
+def test_bad_rng(bad):
+    with pytest.raises(ValueError, match="rng"):
+        random_source(bad)
