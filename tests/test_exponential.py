@@ -20,7 +20,7 @@ def reference_pmf(scores, epsilon, sensitivity, monotonic=False, log_measure=Non
     """The pmf from its definition with math.exp on small inputs (independent of the library)."""
     c = 1 if monotonic else 2
     lm = [0.0] * len(scores) if log_measure is None else list(log_measure)
-    weights = [0.0 if m == -math.inf else math.exp(m + epsilon * s / (c * sensitivity)) for s, m in zip(scores, lm)]
+    weights = [0.0 if m == -math.inf else math.exp(m + epsilon * s / (c * sensitivity)) for s, m in zip(scores, lm, strict=True)]
     return np.array(weights) / sum(weights)
 
 

@@ -105,18 +105,19 @@ def noisy_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource)
         w[weights.log_measure == -np.inf] = -np.inf  # measure zero: never chosen
     prefix = source.uint16(w.size)
     kept, low, high = _screen(w, extra, prefix, _FIRST_BITS, k, noise)
-    if _ordered(low, high, k) is None:
+    order = _ordered(low, high, k)
+    if order is None:
         # Some keys overlap: 32 more bits for the survivors, and screen them again.
         candidates = kept
         prefix = prefix[kept].astype(np.uint64) << np.uint64(_MORE_BITS) | source.uint32(len(kept))
         bits = _FIRST_BITS + _MORE_BITS
         extra = extra[kept] if isinstance(extra, np.ndarray) else extra
         kept, low, high = _screen(w[kept], extra, prefix, bits, k, noise)
-        candidates, prefix = candidates[kept], prefix[kept]
-        if _ordered(low, high, k) is None:
-            return _decide(weights, candidates.tolist(), prefix.tolist(), bits, k, noise, source)
-        kept = candidates
-    return kept[_ordered(low, high, k)].tolist()
+        kept, prefix = candidates[kept], prefix[kept]
+        order = _ordered(low, high, k)
+        if order is None:
+            return _decide(weights, kept.tolist(), prefix.tolist(), bits, k, noise, source)
+    return kept[order].tolist()
 
 
 def exact_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource) -> list[int]:
@@ -184,7 +185,8 @@ def _key_bound(
             bound += slack
         else:
             bound -= slack
-    return np.nan_to_num(bound, copy=False, nan=np.inf if upper else -np.inf, posinf=np.inf, neginf=-np.inf)
+    bound[np.isnan(bound)] = np.inf if upper else -np.inf
+    return bound
 
 
 def _decide(
