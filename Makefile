@@ -23,7 +23,8 @@ demo: $(VENV)/.installed-base
 	$(PY) -m pipelines.demo
 
 test: $(VENV)/.installed-test
-	$(PY) -m ruff check beam_expmech pipelines tests benchmarks
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q tests
 
 bench: $(VENV)/.installed-bench

@@ -4,13 +4,15 @@ Dataflow workers install the package from this file (``--setup_file``), so it li
 everything the library needs at run time and nothing more.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="beam-expmech",
     version="0.1.0",
     description="Differentially private answers from very large data with the exponential mechanism on Apache Beam",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["beam_expmech", "beam_expmech.*", "pipelines", "pipelines.*"]),

@@ -50,9 +50,7 @@ def scores_array(scores: object) -> np.ndarray:
         if not np.isfinite(array).all():
             raise ValueError("scores must be finite: found NaN or infinity")
         return array
-    if array.dtype.kind == "O" and all(
-        isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in array
-    ):
+    if array.dtype.kind == "O" and all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in array):
         return array  # Python ints beyond 64 bits: exact, on the slow path
     raise ValueError(f"scores must be ints or floats, got dtype {array.dtype}")
 

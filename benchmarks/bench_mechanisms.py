@@ -58,6 +58,24 @@ def opendp_noisy_max():
     return space >> dp.m.then_noisy_max(dp.zero_concentrated_divergence(), scale=2.0 / EPSILON)
 
 
+def row(scores: np.ndarray, rng: np.random.Generator, opendp) -> str:
+    size = scores.size
+    ours = per_draw(lambda: exponential_mechanism(scores, epsilon=EPSILON, sensitivity=1))
+    ours_top = per_draw(lambda: top_k(scores, min(10, size), epsilon=EPSILON, sensitivity=1))
+    baseline = per_draw(lambda: np.argmax(scores * (EPSILON / 2) + rng.gumbel(size=size)))
+    share = exact_step_share(scores, draws=200 if size <= 100_000 else 30)
+    if opendp is not None:
+        as_list = scores.tolist()
+        theirs = per_draw(lambda: opendp(as_list), min_seconds=2.0, max_reps=20)
+        other = f"{theirs * 1e3:>10.2f} {theirs / ours:>11.1f}x"
+    else:
+        other = f"{'n/a':>10} {'n/a':>12}"
+    return (
+        f"{size:>9,} {ours * 1e3:>12.3f} {ours_top * 1e3:>16.3f} {baseline * 1e3:>15.3f} "
+        f"{ours / baseline:>8.2f}x {ours_top / baseline:>11.2f}x {share:>10.1%} {other}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,1000,100000,1000000")
@@ -71,21 +89,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for size in (int(s) for s in args.sizes.split(",")):
-        scores = rng.integers(0, 1000, size=size)  # counts, many ties near the top
-        ours = per_draw(lambda: exponential_mechanism(scores, epsilon=EPSILON, sensitivity=1))
-        ours_top = per_draw(lambda: top_k(scores, min(10, size), epsilon=EPSILON, sensitivity=1))
-        baseline = per_draw(lambda: np.argmax(scores * (EPSILON / 2) + rng.gumbel(size=size)))
-        share = exact_step_share(scores, draws=200 if size <= 100_000 else 30)
-        if opendp is not None:
-            as_list = scores.tolist()
-            theirs = per_draw(lambda: opendp(as_list), min_seconds=2.0, max_reps=20)
-            other = f"{theirs * 1e3:>10.2f} {theirs / ours:>11.1f}x"
-        else:
-            other = f"{'n/a':>10} {'n/a':>12}"
-        print(
-            f"{size:>9,} {ours * 1e3:>12.3f} {ours_top * 1e3:>16.3f} {baseline * 1e3:>15.3f} "
-            f"{ours / baseline:>8.2f}x {ours_top / baseline:>11.2f}x {share:>10.1%} {other}"
-        )
+        print(row(rng.integers(0, 1000, size=size), rng, opendp))  # counts: many ties near the top
     if opendp is None:
         print("(OpenDP not installed: `make bench` installs it)")
 

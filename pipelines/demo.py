@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             | "Count" >> beam.Map(np.bincount, minlength=len(CATEGORIES))  # col: counts per batch
             | "Sum" >> beam.CombineGlobally(SumCounts())  # col: one count vector
             | "Select" >> beam.Map(release_top_k, epsilon=args.epsilon)  # col: K labels
-            | "Write" >> beam.Map(
+            | "Write"
+            >> beam.Map(
                 lambda selected: write_atomically(
                     args.output,
                     {

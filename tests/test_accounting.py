@@ -68,8 +68,10 @@ def test_zcdp_only_release_needs_delta():
     assert approx.spent() == pytest.approx(zcdp_to_epsilon(0.01 + 0.2**2 / 8, delta=1e-6))
 
 
-@pytest.mark.parametrize("epsilon,delta,named", [(0, 0, "epsilon"), (math.inf, 0, "epsilon"), (1, 1, "delta"),
-                                                 (1, -0.1, "delta"), (1, math.nan, "delta")])
+@pytest.mark.parametrize(
+    "epsilon,delta,named",
+    [(0, 0, "epsilon"), (math.inf, 0, "epsilon"), (1, 1, "delta"), (1, -0.1, "delta"), (1, math.nan, "delta")],
+)
 def test_bad_budgets(epsilon, delta, named):
     with pytest.raises(ValueError, match=named):
         PrivacyBudget(epsilon=epsilon, delta=delta)

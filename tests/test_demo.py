@@ -18,8 +18,15 @@ def test_demo_prints_a_private_top_3_and_writes_the_release(tmp_path):
     assert run.returncode == 0, run.stderr
     release = json.loads(output.read_text())
     assert len(release["selected"]) == 3 and len(set(release["selected"])) == 3
-    assert set(release) == {"selected", "mechanism", "epsilon", "sensitivity", "monotonic", "num_candidates",
-                            "accuracy_bound"}
+    assert set(release) == {
+        "selected",
+        "mechanism",
+        "epsilon",
+        "sensitivity",
+        "monotonic",
+        "num_candidates",
+        "accuracy_bound",
+    }
     assert release["epsilon"] == 5
     for label in release["selected"]:
         assert label in run.stdout

@@ -60,7 +60,7 @@ def test_exact_noise_bounds_bracket_a_high_precision_value(noise):
     rng = np.random.default_rng(1)
     for _ in range(200):
         bits = int(rng.integers(1, 200))
-        m = int(rng.integers(0, 2**min(bits, 62))) << max(0, bits - 62)
+        m = int(rng.integers(0, 2 ** min(bits, 62))) << max(0, bits - 62)
         g_low, g_high = noise_bounds(m, bits, noise)
         assert g_low < g_high
         for u in (Fraction(m, 2**bits), Fraction(m + 1, 2**bits)):

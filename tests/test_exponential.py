@@ -20,7 +20,10 @@ def reference_pmf(scores, epsilon, sensitivity, monotonic=False, log_measure=Non
     """The pmf from its definition with math.exp on small inputs (independent of the library)."""
     c = 1 if monotonic else 2
     lm = [0.0] * len(scores) if log_measure is None else list(log_measure)
-    weights = [0.0 if m == -math.inf else math.exp(m + epsilon * s / (c * sensitivity)) for s, m in zip(scores, lm, strict=True)]
+    weights = [
+        0.0 if m == -math.inf else math.exp(m + epsilon * s / (c * sensitivity))
+        for s, m in zip(scores, lm, strict=True)
+    ]
     return np.array(weights) / sum(weights)
 
 
@@ -221,8 +224,9 @@ def test_accuracy_bound_holds_empirically():
     rng = np.random.default_rng(12)
     scores = rng.integers(0, 40, size=500)
     t = accuracy_bound(epsilon=1, sensitivity=1, beta=0.1, num_candidates=500)
-    losses = np.array([scores.max() - scores[exponential_mechanism(scores, epsilon=1, sensitivity=1, rng=rng)]
-                       for _ in range(2000)])
+    losses = np.array(
+        [scores.max() - scores[exponential_mechanism(scores, epsilon=1, sensitivity=1, rng=rng)] for _ in range(2000)]
+    )
     assert (losses > t).mean() <= 0.1
 
 
