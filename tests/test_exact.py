@@ -9,7 +9,7 @@ import gmpy2
 import numpy as np
 import pytest
 
-from beam_expmech.mechanisms.exact import LogWeights, Noise, _key_bound, noise_bounds
+from beam_expmech.mechanisms.exact import LogWeights, Noise, _key_bound, _screen, noise_bounds
 
 
 def random_weights(rng: np.random.Generator, size: int) -> LogWeights:
@@ -71,3 +71,11 @@ def test_exact_noise_bounds_bracket_a_high_precision_value(noise):
                 assert g_low <= Fraction(*map(int, g.as_integer_ratio())) <= g_high
     assert noise_bounds(0, 8, Noise.GUMBEL)[0] == -math.inf
     assert noise_bounds(255, 8, noise)[1] == math.inf
+
+
+def test_a_weight_that_overflows_in_float_is_kept_for_the_exact_step():
+    weights = LogWeights(np.array([1.7e308, -1.7e308]), Fraction(1, 2))
+    w, extra = weights.floats()
+    assert w[1] == -np.inf  # score - top overflowed; the exact weight, -1.7e308, is finite
+    kept, _, high = _screen(w, extra, np.array([5, 7], dtype=np.uint16), 16, 1, Noise.GUMBEL)
+    assert kept.tolist() == [0, 1] and high[1] == np.inf

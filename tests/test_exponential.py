@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import assert_follows, neighbours
 
-from beam_expmech.mechanisms import accuracy_bound, exponential_mechanism, selection_probabilities, top_k
+from beam_expmech.mechanisms import accuracy_bound, exact, exponential_mechanism, selection_probabilities, top_k
 from beam_expmech.mechanisms.exact import Noise, exact_top_k
 from beam_expmech.mechanisms.exponential import log_weights
 from beam_expmech.mechanisms.randomness import random_source
@@ -139,6 +139,17 @@ def test_exact_reference_sampler_follows_the_pmf():
     source = random_source(5)
     draws = [exact_top_k(weights, 1, Noise.GUMBEL, source)[0] for _ in range(6_000)]
     assert_follows(draws, dict(enumerate(selection_probabilities(scores, epsilon=1.5, sensitivity=1))))
+
+
+def test_draws_settled_by_exact_arithmetic_follow_the_pmf(monkeypatch):
+    """A log measure of 1e14 makes the float margins wide, so many draws reach the exact step."""
+    decide, calls = exact._decide, []
+    monkeypatch.setattr(exact, "_decide", lambda *args: calls.append(1) or decide(*args))
+    scores, lm = [0, 0, 1], [1e14, 1e14, 1e14]
+    rng = np.random.default_rng(13)
+    draws = [exponential_mechanism(scores, epsilon=1, sensitivity=1, log_measure=lm, rng=rng) for _ in range(6_000)]
+    assert 0.2 < len(calls) / len(draws) < 0.9  # both paths are exercised
+    assert_follows(draws, dict(enumerate(reference_pmf(scores, 1.0, 1.0))))
 
 
 def test_exact_reference_top_k_follows_peeling():

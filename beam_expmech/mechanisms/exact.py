@@ -101,23 +101,22 @@ def noisy_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource)
     Candidates with log_measure -inf are never returned; the caller ensures k of them are positive.
     """
     w, extra = weights.floats()
-    if weights.log_measure is not None:
-        w[weights.log_measure == -np.inf] = -np.inf  # measure zero: never chosen
+    index = _positive_measure(weights)  # None: every candidate has positive measure
+    if index is not None:
+        w, extra = w[index], _take(extra, index)
     prefix = source.uint16(w.size)
     kept, low, high = _screen(w, extra, prefix, _FIRST_BITS, k, noise)
     order = _ordered(low, high, k)
     if order is None:
         # Some keys overlap: 32 more bits for the survivors, and screen them again.
-        candidates = kept
         prefix = prefix[kept].astype(np.uint64) << np.uint64(_MORE_BITS) | source.uint32(len(kept))
         bits = _FIRST_BITS + _MORE_BITS
-        extra = extra[kept] if isinstance(extra, np.ndarray) else extra
-        kept, low, high = _screen(w[kept], extra, prefix, bits, k, noise)
-        kept, prefix = candidates[kept], prefix[kept]
+        again, low, high = _screen(w[kept], _take(extra, kept), prefix, bits, k, noise)
+        kept, prefix = kept[again], prefix[again]
         order = _ordered(low, high, k)
         if order is None:
-            return _decide(weights, kept.tolist(), prefix.tolist(), bits, k, noise, source)
-    return kept[order].tolist()
+            return _decide(weights, _original(kept, index), prefix.tolist(), bits, k, noise, source)
+    return _original(kept[order], index)
 
 
 def exact_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource) -> list[int]:
@@ -125,10 +124,24 @@ def exact_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource)
 
     Slow (Python per candidate); the reference that audits compare the fast sampler with.
     """
-    candidates = list(range(weights.scores.size))
-    if weights.log_measure is not None:
-        candidates = [r for r in candidates if weights.log_measure[r] > -np.inf]
+    index = _positive_measure(weights)
+    candidates = list(range(weights.scores.size)) if index is None else index.tolist()
     return _decide(weights, candidates, [0] * len(candidates), 0, k, noise, source)
+
+
+def _positive_measure(weights: LogWeights) -> np.ndarray | None:
+    """Indices of the candidates of positive measure, or None when that is all of them."""
+    if weights.log_measure is None or (weights.log_measure > -np.inf).all():
+        return None
+    return np.flatnonzero(weights.log_measure > -np.inf)
+
+
+def _take(extra: np.ndarray | float, at: np.ndarray) -> np.ndarray | float:
+    return extra[at] if isinstance(extra, np.ndarray) else extra
+
+
+def _original(positions: np.ndarray, index: np.ndarray | None) -> list[int]:
+    return (positions if index is None else index[positions]).tolist()
 
 
 def _ordered(low: np.ndarray, high: np.ndarray, k: int) -> np.ndarray | None:
@@ -148,24 +161,22 @@ def _screen(
     positions kept and their lower and upper key bounds.
     """
     high = _key_bound(w, extra, prefix.astype(np.float64) + 1.0, bits, noise, upper=True)
-    high[w == -np.inf] = -np.inf
     # Any k candidates give a threshold, the least of their lower bounds; the k with the
     # highest finite upper bounds almost always give the best one, so few survive it.
     finite_high = np.where(high < np.inf, high, -np.inf)
     best = np.argpartition(finite_high, -k)[-k:] if k > 1 else np.argmax(finite_high, keepdims=True)
     threshold = -np.inf
     if finite_high[best].min() > -np.inf:
-        threshold = _bound_at(w, extra, prefix, bits, noise, best).min()
-    kept = np.flatnonzero((high >= threshold) & (high > -np.inf))
-    return kept, _bound_at(w, extra, prefix, bits, noise, kept), high[kept]
+        threshold = _lower_bound_at(w, extra, prefix, bits, noise, best).min()
+    kept = np.flatnonzero(high >= threshold)
+    return kept, _lower_bound_at(w, extra, prefix, bits, noise, kept), high[kept]
 
 
-def _bound_at(
+def _lower_bound_at(
     w: np.ndarray, extra: np.ndarray | float, prefix: np.ndarray, bits: int, noise: Noise, at: np.ndarray
 ) -> np.ndarray:
     """Lower key bounds of the candidates at positions ``at``."""
-    extra = extra[at] if isinstance(extra, np.ndarray) else extra
-    return _key_bound(w[at], extra, prefix[at].astype(np.float64), bits, noise, upper=False)
+    return _key_bound(w[at], _take(extra, at), prefix[at].astype(np.float64), bits, noise, upper=False)
 
 
 def _key_bound(
