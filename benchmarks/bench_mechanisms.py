@@ -32,18 +32,18 @@ def per_draw(draw, min_seconds: float = 1.0, max_reps: int = 50) -> float:
 
 def exact_step_share(scores: np.ndarray, draws: int) -> float:
     """The share of draws that reach exact arithmetic (counted by wrapping the decision step)."""
-    decide, calls = exact._decide, []
+    decide, calls = exact.decide, []
 
     def counting(*args, **kwargs):
         calls.append(1)
         return decide(*args, **kwargs)
 
-    exact._decide = counting
+    exact.decide = counting
     try:
         for _ in range(draws):
             exponential_mechanism(scores, epsilon=EPSILON, sensitivity=1)
     finally:
-        exact._decide = decide
+        exact.decide = decide
     return len(calls) / draws
 
 

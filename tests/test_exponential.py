@@ -143,8 +143,8 @@ def test_exact_reference_sampler_follows_the_pmf():
 
 def test_draws_settled_by_exact_arithmetic_follow_the_pmf(monkeypatch):
     """A log measure of 1e14 makes the float margins wide, so many draws reach the exact step."""
-    decide, calls = exact._decide, []
-    monkeypatch.setattr(exact, "_decide", lambda *args: calls.append(1) or decide(*args))
+    decide, calls = exact.decide, []
+    monkeypatch.setattr(exact, "decide", lambda *args: calls.append(1) or decide(*args))
     scores, lm = [0, 0, 1], [1e14, 1e14, 1e14]
     rng = np.random.default_rng(13)
     draws = [exponential_mechanism(scores, epsilon=1, sensitivity=1, log_measure=lm, rng=rng) for _ in range(6_000)]

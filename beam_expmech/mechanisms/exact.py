@@ -95,28 +95,55 @@ class LogWeights:
         return w, extra
 
 
+@dataclass
+class PartialKey:
+    """A candidate's key w + g(U) as far as it has been sampled: U in [prefix 2^-bits, (prefix+1) 2^-bits].
+
+    Carrying these between workers lets shards of candidates be screened apart and merged
+    exactly: the merge goes on refining the very uniforms each shard started.
+    """
+
+    index: int
+    weight: Fraction
+    prefix: int
+    bits: int
+
+    def bounds(self, noise: Noise) -> tuple[Fraction | float, Fraction | float]:
+        """Rigorous bounds on the key."""
+        g_low, g_high = noise_bounds(self.prefix, self.bits, noise)
+        return self.weight + g_low, self.weight + g_high
+
+
 def noisy_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource) -> list[int]:
     """The indices of the k largest keys w_r + g(U_r), largest first, decided exactly.
 
     Candidates with log_measure -inf are never returned; the caller ensures k of them are positive.
     """
+    return [key.index for key in noisy_top_k_keys(weights, k, noise, source)]
+
+
+def noisy_top_k_keys(weights: LogWeights, k: int, noise: Noise, source: RandomSource) -> list[PartialKey]:
+    """The k largest keys, largest first, with the state of their noise (for merging shards)."""
     w, extra = weights.floats()
     index = _positive_measure(weights)  # None: every candidate has positive measure
     if index is not None:
         w, extra = w[index], _take(extra, index)
     prefix = source.uint16(w.size)
-    kept, low, high = _screen(w, extra, prefix, _FIRST_BITS, k, noise)
+    bits = _FIRST_BITS
+    kept, low, high = _screen(w, extra, prefix, bits, k, noise)
     order = _ordered(low, high, k)
     if order is None:
         # Some keys overlap: 32 more bits for the survivors, and screen them again.
         prefix = prefix[kept].astype(np.uint64) << np.uint64(_MORE_BITS) | source.uint32(len(kept))
-        bits = _FIRST_BITS + _MORE_BITS
+        bits += _MORE_BITS
         again, low, high = _screen(w[kept], _take(extra, kept), prefix, bits, k, noise)
         kept, prefix = kept[again], prefix[again]
         order = _ordered(low, high, k)
-        if order is None:
-            return _decide(weights, _original(kept, index), prefix.tolist(), bits, k, noise, source)
-    return _original(kept[order], index)
+    if order is not None:
+        kept, prefix = kept[order], prefix[order]
+    original = kept.tolist() if index is None else index[kept].tolist()
+    keys = [PartialKey(r, weights.exact(r), int(m), bits) for r, m in zip(original, prefix.tolist(), strict=True)]
+    return keys if order is not None else decide(keys, k, noise, source)
 
 
 def exact_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource) -> list[int]:
@@ -125,8 +152,27 @@ def exact_top_k(weights: LogWeights, k: int, noise: Noise, source: RandomSource)
     Slow (Python per candidate); the reference that audits compare the fast sampler with.
     """
     index = _positive_measure(weights)
-    candidates = list(range(weights.scores.size)) if index is None else index.tolist()
-    return _decide(weights, candidates, [0] * len(candidates), 0, k, noise, source)
+    candidates = range(weights.scores.size) if index is None else index.tolist()
+    keys = [PartialKey(r, weights.exact(r), 0, 0) for r in candidates]
+    return [key.index for key in decide(keys, k, noise, source)]
+
+
+def decide(keys: list[PartialKey], k: int, noise: Noise, source: RandomSource) -> list[PartialKey]:
+    """The k largest of ``keys``, largest first: refine the uniforms until the order is certain.
+
+    Each round drops the keys that k others certainly beat and draws 32 more bits for the rest.
+    """
+    while True:
+        bounds = {id(key): key.bounds(noise) for key in keys}
+        threshold = sorted((low for low, _ in bounds.values()), reverse=True)[k - 1]
+        keys = [key for key in keys if bounds[id(key)][1] >= threshold]
+        if len(keys) == k:
+            keys.sort(key=lambda key: bounds[id(key)][0], reverse=True)
+            if all(bounds[id(a)][0] > bounds[id(b)][1] for a, b in itertools.pairwise(keys)):
+                return keys
+        for key in keys:
+            key.prefix = (key.prefix << _MORE_BITS) | source.bits(_MORE_BITS)
+            key.bits += _MORE_BITS
 
 
 def _positive_measure(weights: LogWeights) -> np.ndarray | None:
@@ -138,10 +184,6 @@ def _positive_measure(weights: LogWeights) -> np.ndarray | None:
 
 def _take(extra: np.ndarray | float, at: np.ndarray) -> np.ndarray | float:
     return extra[at] if isinstance(extra, np.ndarray) else extra
-
-
-def _original(positions: np.ndarray, index: np.ndarray | None) -> list[int]:
-    return (positions if index is None else index[positions]).tolist()
 
 
 def _ordered(low: np.ndarray, high: np.ndarray, k: int) -> np.ndarray | None:
@@ -198,37 +240,6 @@ def _key_bound(
             bound -= slack
     bound[np.isnan(bound)] = np.inf if upper else -np.inf
     return bound
-
-
-def _decide(
-    weights: LogWeights,
-    candidates: list[int],
-    prefixes: list[int],
-    bits: int,
-    k: int,
-    noise: Noise,
-    source: RandomSource,
-) -> list[int]:
-    """Refine the candidates' uniforms until the top k keys are certain, then return them in order."""
-    exact_w = {r: weights.exact(r) for r in candidates}
-    prefix = dict(zip(candidates, prefixes, strict=True))
-    while True:
-        bounds = {r: _key_bounds(exact_w[r], prefix[r], bits, noise) for r in candidates}
-        threshold = sorted((low for low, _ in bounds.values()), reverse=True)[k - 1]
-        candidates = [r for r in candidates if bounds[r][1] >= threshold]
-        if len(candidates) == k:
-            order = sorted(candidates, key=lambda r: bounds[r][0], reverse=True)
-            if all(bounds[a][0] > bounds[b][1] for a, b in itertools.pairwise(order)):
-                return order
-        for r in candidates:
-            prefix[r] = (prefix[r] << _MORE_BITS) | source.bits(_MORE_BITS)
-        bits += _MORE_BITS
-
-
-def _key_bounds(w: Fraction, m: int, bits: int, noise: Noise) -> tuple[Fraction | float, Fraction | float]:
-    """Rigorous bounds on w + g(U) for U in [m 2^-bits, (m+1) 2^-bits]."""
-    g_low, g_high = noise_bounds(m, bits, noise)
-    return w + g_low, w + g_high
 
 
 def noise_bounds(m: int, bits: int, noise: Noise) -> tuple[Fraction | float, Fraction | float]:

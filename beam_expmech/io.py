@@ -1,0 +1,272 @@
+"""Files in and out: formats, schema checks before any budget is spent, batch validation, atomic writes.
+
+Everything here works on whole record batches (pyarrow) and on Beam's ``FileSystems``, so the
+same code reads and writes local paths, globs and ``gs://`` objects. The Beam transforms that
+use it live in ``beam_expmech.transforms.read``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+FORMATS = ("parquet", "csv", "avro")
+BATCH_ROWS = 65_536
+REASON = "reason"
+_INTEGER = r"^\s*[+-]?[0-9]+\s*$"
+_NUMBER = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
+
+
+class InputError(ValueError):
+    """The input cannot be used at all (no file, unreadable file, missing column): stop before spending."""
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """A column the job reads, what its values must be, and (optionally) their domain.
+
+    kind: "string", "int" or "float". ``domain`` (ints only): values must lie in [lo, hi).
+    """
+
+    name: str
+    kind: str
+    domain: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("string", "int", "float"):
+            raise ValueError(f"kind must be string, int or float, got {self.kind!r}")
+
+
+# --- finding files and their formats -------------------------------------------------------------
+
+
+def match_files(pattern: str) -> list[str]:
+    """The files a path or glob names (local or gs://), sorted; InputError if there are none."""
+    try:
+        matched = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # Beam raises BeamIOError and others; the user needs one line
+        raise InputError(f"{pattern}: cannot list files ({_first_line(error)})") from None
+    files = sorted(m.path for m in matched if not m.path.endswith("/"))
+    if not files:
+        raise InputError(f"{pattern}: no file matches")
+    return files
+
+
+def file_format(path: str, declared: str | None = None) -> str:
+    """The declared format, or the one the extension names (.parquet/.pq, .csv, .avro)."""
+    if declared is not None:
+        if declared not in FORMATS:
+            raise InputError(f"unknown format {declared!r}; use one of {', '.join(FORMATS)}")
+        return declared
+    extension = posixpath.splitext(path.lower().removesuffix(".gz"))[1]
+    by_extension = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".avro": "avro"}
+    if extension not in by_extension:
+        raise InputError(f"{path}: cannot tell the format from the extension; pass --format")
+    return by_extension[extension]
+
+
+def column_names(path: str, fmt: str) -> list[str]:
+    """The columns a file has, read from its footer, header or schema (not its rows)."""
+    try:
+        with FileSystems.open(path) as handle:
+            if fmt == "parquet":
+                return list(pq.read_schema(handle).names)
+            if fmt == "avro":
+                return [field["name"] for field in fastavro.reader(handle).writer_schema["fields"]]
+            reader = pacsv.open_csv(handle, read_options=pacsv.ReadOptions(block_size=1 << 20))
+            return list(reader.schema.names)
+    except Exception as error:
+        raise InputError(f"{path}: unreadable {fmt} file ({_first_line(error)})") from None
+
+
+def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str]) -> None:
+    """InputError naming the first file that lacks a needed column (or cannot be read)."""
+    for path in files:
+        present = set(column_names(path, file_format(path, fmt)))
+        missing = [c for c in columns if c not in present]
+        if missing:
+            raise InputError(f"{path}: missing column {missing[0]!r} (it has {', '.join(sorted(present))})")
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def splits(path: str, fmt: str) -> list[tuple[str, str, int | None]]:
+    """Units of parallel reading: one per Parquet row group, one per CSV or Avro file."""
+    if fmt == "parquet":
+        with FileSystems.open(path) as handle:
+            groups = pq.ParquetFile(handle).metadata.num_row_groups
+        return [(path, fmt, group) for group in range(groups)]
+    return [(path, fmt, None)]
+
+
+def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The record batches of one split, only the needed columns, streamed (never the whole file)."""
+    path, fmt, group = split
+    columns = list(columns)
+    with FileSystems.open(path) as handle:
+        if fmt == "parquet":
+            yield from pq.ParquetFile(handle).iter_batches(BATCH_ROWS, row_groups=[group], columns=columns)
+        elif fmt == "csv":
+            # Everything as text: a wrong type then costs a row (dead letter), not the file.
+            reader = pacsv.open_csv(
+                handle,
+                read_options=pacsv.ReadOptions(block_size=8 << 20),
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=columns, column_types={c: pa.string() for c in columns}, strings_can_be_null=True
+                ),
+            )
+            yield from reader
+        else:
+            # fastavro decodes a dict per row: Avro is the one format read row by row.
+            rows = []
+            for record in fastavro.reader(handle):
+                rows.append({c: record.get(c) for c in columns})
+                if len(rows) == BATCH_ROWS:
+                    yield _avro_batch(rows, columns)
+                    rows = []
+            if rows:
+                yield _avro_batch(rows, columns)
+
+
+def _avro_batch(rows: list[dict], columns: Sequence[str]) -> pa.RecordBatch:
+    arrays = []
+    for c in columns:
+        values = [row[c] for row in rows]
+        try:
+            arrays.append(pa.array(values))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: keep them as text
+            arrays.append(pa.array([None if v is None else str(v) for v in values], pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
+
+
+# --- validating ----------------------------------------------------------------------------------
+
+
+def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.RecordBatch, pa.Table | None]:
+    """(good rows with each column in its canonical type, bad rows as text with a reason column).
+
+    A row is bad if a needed column is null, of the wrong type, NaN or infinite, or outside its
+    declared domain. The first reason found is the one recorded.
+    """
+    reasons = np.full(batch.num_rows, None, dtype=object)
+    clean = []
+    for spec in specs:
+        values, problems = _convert(batch.column(spec.name), spec)
+        for problem, mask in problems:
+            reasons[mask & (reasons == None)] = f"{spec.name}: {problem}"  # noqa: E711 (elementwise)
+        clean.append(values)
+    bad = reasons != None  # noqa: E711
+    names = [s.name for s in specs]
+    if not bad.any():
+        return pa.RecordBatch.from_arrays(clean, names=names), None
+    good_rows = pa.array(~bad)
+    good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)
+    bad_rows = pa.array(bad)
+    rejected = {s.name: pc.cast(batch.column(s.name).filter(bad_rows), pa.string(), safe=False) for s in specs}
+    rejected[REASON] = pa.array(reasons[bad].tolist(), pa.string())
+    return good, pa.table(rejected)
+
+
+def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[str, np.ndarray]]]:
+    """The column in the spec's type (bad slots filled with a placeholder), and (problem, mask) pairs."""
+    problems = [("null", _mask(column.is_null()))]
+    if spec.kind == "string":
+        return pc.cast(column, pa.string(), safe=False) if column.type != pa.string() else column, problems
+    target = pa.int64() if spec.kind == "int" else pa.float64()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        parses = _mask(pc.match_substring_regex(column, _INTEGER if spec.kind == "int" else _NUMBER))
+        problems.append((f"not {'an integer' if spec.kind == 'int' else 'a number'}", ~parses & ~problems[0][1]))
+        column = pc.if_else(pa.array(parses), pc.utf8_trim_whitespace(column), "0")
+        values, overflow = _parse(column, target)
+        problems.append(("out of the 64-bit range", overflow))
+    elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type):
+        values = column.fill_null(0).to_numpy(zero_copy_only=False)
+        if spec.kind == "int" and values.dtype.kind == "f":
+            integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**63)
+            problems.append(("not an integer", ~integral))
+            values = np.where(integral, values, 0)
+        elif values.dtype == np.uint64 and spec.kind == "int":
+            problems.append(("out of the 64-bit range", values > np.iinfo(np.int64).max))
+        values = pa.array(values.astype(np.int64 if spec.kind == "int" else np.float64, copy=False))
+    else:
+        problems.append((f"wrong type {column.type}", np.ones(len(column), bool)))
+        values = pa.array(np.zeros(len(column)), target)
+    array = values.to_numpy(zero_copy_only=False)
+    if spec.kind == "float":
+        problems.append(("NaN or infinite", ~np.isfinite(array)))
+    if spec.domain is not None:
+        lo, hi = spec.domain
+        problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
+    return values, problems
+
+
+def _parse(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Cast text that matched the number pattern; values beyond int64 are flagged, not fatal."""
+    try:
+        return pc.cast(column, target), np.zeros(len(column), bool)
+    except pa.ArrowInvalid:
+        texts = column.to_pylist()  # only batches holding a 20-digit integer get here
+        values = [int(t) for t in texts]
+        overflow = np.array([not -(2**63) <= v < 2**63 for v in values])
+        return pa.array([0 if o else v for v, o in zip(values, overflow, strict=True)], target), overflow
+
+
+def _mask(array: pa.Array) -> np.ndarray:
+    return array.fill_null(False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` so that ``path`` is either absent, as before, or complete.
+
+    Locally: a temporary file in the same folder, flushed, then renamed over ``path``. On
+    gs:// a single object upload, which the service makes visible only when finished.
+    """
+    if "://" in path and not path.startswith("file://"):
+        with FileSystems.create(path) as handle:
+            handle.write(data)
+        return
+    path = path.removeprefix("file://")
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".tmp-", delete=False) as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(handle.name, path)
+
+
+def write_json(path: str, payload: dict) -> None:
+    write_atomically(path, (json.dumps(payload, indent=2) + "\n").encode())
+
+
+def read_json(path: str) -> dict:
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read())
+
+
+def table_to_csv(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]

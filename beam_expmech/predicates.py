@@ -1,0 +1,153 @@
+"""Predicate families: a record batch in, one int64 count per candidate out (vectorised).
+
+A family is the scoring half of a selection (OpenDP's "score transformation"): it says which
+columns it reads, how many candidates there are and their labels, and how much one row can add
+to any single count (``contribution``). Counting is monotone under adding or removing rows.
+With at most K rows per privacy unit, every count then has sensitivity K * contribution.
+
+Families never see privacy parameters; the mechanisms never see batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class PredicateFamily:
+    """The interface: ``columns``, ``num_candidates``, ``labels``, ``contribution`` and ``count``."""
+
+    columns: tuple[str, ...]
+    num_candidates: int
+    contribution: int = 1  # the most one row adds to any single count
+    monotonic: bool = True  # adding a row never lowers a count
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        raise NotImplementedError
+
+    def count(self, batch: pa.RecordBatch) -> np.ndarray:
+        """Dense counts, shape (num_candidates,), int64."""
+        indices, counts = self.sparse_count(batch)
+        dense = np.zeros(self.num_candidates, dtype=np.int64)
+        dense[indices] = counts
+        return dense
+
+    def sparse_count(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(candidate indices, their nonzero counts): what large candidate sets ship between workers."""
+        dense = self.count(batch)
+        indices = np.flatnonzero(dense)
+        return indices, dense[indices]
+
+
+class _OneCandidatePerRow(PredicateFamily):
+    """Families where each row falls in at most one candidate: count by bincount / unique."""
+
+    def candidate_of(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The candidate index of each row, or -1 where the row is in none."""
+        raise NotImplementedError
+
+    def count(self, batch: pa.RecordBatch) -> np.ndarray:
+        codes = self.candidate_of(batch)
+        return np.bincount(codes[codes >= 0], minlength=self.num_candidates).astype(np.int64)
+
+    def sparse_count(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+        codes = self.candidate_of(batch)
+        indices, counts = np.unique(codes[codes >= 0], return_counts=True)
+        return indices.astype(np.int64), counts.astype(np.int64)
+
+
+class CategoryCounts(_OneCandidatePerRow):
+    """How many rows have ``column`` equal to each candidate.
+
+    Candidates are a public list of values (strings or numbers) or an integer range(lo, hi);
+    values outside them count for no candidate. Contribution 1 per row.
+    """
+
+    def __init__(self, column: str, candidates: Sequence | range):
+        self.columns = (column,)
+        self.column = column
+        if isinstance(candidates, range):
+            if candidates.step != 1 or len(candidates) == 0:
+                raise ValueError(f"candidates must be a non-empty range with step 1, got {candidates}")
+            self.range, self.values = candidates, None
+        else:
+            values = list(candidates)
+            if not values:
+                raise ValueError("candidates must not be empty")
+            if len(set(values)) != len(values):
+                duplicated = sorted({str(v) for v in values if values.count(v) > 1})
+                raise ValueError(f"candidates must be distinct; duplicated: {', '.join(duplicated[:5])}")
+            self.range, self.values = None, pa.array(values)
+        self.num_candidates = len(candidates)
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        if self.range is not None:
+            return [str(self.range[i]) for i in indices]
+        return [str(self.values[i].as_py()) for i in indices]
+
+    def candidate_of(self, batch: pa.RecordBatch) -> np.ndarray:
+        column = batch.column(self.column)
+        if self.range is not None:
+            values = column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            codes = values - self.range.start
+            return np.where((codes >= 0) & (codes < self.num_candidates), codes, -1)
+        codes = pc.index_in(column, value_set=self.values.cast(column.type, safe=False))
+        return codes.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+class MarginalCounts(_OneCandidatePerRow):
+    """The cells of a k-way marginal: one candidate per combination of integer codes.
+
+    ``domains[i]`` is the number of codes of ``columns[i]`` (values 0 .. domains[i] - 1); a row
+    with any value outside its domain is in no cell. Cells are numbered in C order.
+    """
+
+    def __init__(self, columns: Sequence[str], domains: Sequence[int]):
+        if not columns or len(columns) != len(domains):
+            raise ValueError("columns and domains must be non-empty and of equal length")
+        if any(int(d) < 1 for d in domains):
+            raise ValueError(f"every domain size must be >= 1, got {list(domains)}")
+        self.columns = tuple(columns)
+        self.domains = tuple(int(d) for d in domains)
+        self.num_candidates = int(np.prod(self.domains))
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        cells = np.unravel_index(np.asarray(indices, dtype=np.int64), self.domains)
+        return [
+            ",".join(f"{c}={int(v[i])}" for c, v in zip(self.columns, cells, strict=True)) for i in range(len(indices))
+        ]
+
+    def candidate_of(self, batch: pa.RecordBatch) -> np.ndarray:
+        codes = [batch.column(c).to_numpy(zero_copy_only=False).astype(np.int64, copy=False) for c in self.columns]
+        inside = np.logical_and.reduce([(v >= 0) & (v < d) for v, d in zip(codes, self.domains, strict=True)])
+        cells = np.ravel_multi_index([np.where(inside, v, 0) for v in codes], self.domains)
+        return np.where(inside, cells, -1)
+
+
+class ExpressionCounts(PredicateFamily):
+    """One arbitrary predicate per candidate: how many rows satisfy each pyarrow compute expression.
+
+    A row may satisfy many expressions but adds at most 1 to each count: contribution 1.
+    ``columns`` names every column the expressions read (pyarrow cannot list them).
+    """
+
+    def __init__(
+        self, expressions: Sequence[pc.Expression], *, columns: Sequence[str], labels: Sequence[str] | None = None
+    ):
+        self.expressions = list(expressions)
+        if not self.expressions:
+            raise ValueError("expressions must not be empty")
+        self._labels = [str(e) for e in self.expressions] if labels is None else list(labels)
+        if len(self._labels) != len(self.expressions):
+            raise ValueError("give one label per expression")
+        self.columns = tuple(columns)
+        self.num_candidates = len(self.expressions)
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        return [self._labels[i] for i in indices]
+
+    def count(self, batch: pa.RecordBatch) -> np.ndarray:
+        return np.array([batch.filter(e).num_rows for e in self.expressions], dtype=np.int64)
