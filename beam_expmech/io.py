@@ -37,7 +37,8 @@ class InputError(ValueError):
 class ColumnSpec:
     """A column the job reads, what its values must be, and (optionally) their domain.
 
-    kind: "string", "int" or "float". ``domain`` (ints only): values must lie in [lo, hi).
+    kind: "string", "int", "float", or "any" (kept as it is: only nulls are rejected).
+    ``domain`` (ints only): values must lie in [lo, hi).
     """
 
     name: str
@@ -45,8 +46,8 @@ class ColumnSpec:
     domain: tuple[int, int] | None = None
 
     def __post_init__(self):
-        if self.kind not in ("string", "int", "float"):
-            raise ValueError(f"kind must be string, int or float, got {self.kind!r}")
+        if self.kind not in ("string", "int", "float", "any"):
+            raise ValueError(f"kind must be string, int, float or any, got {self.kind!r}")
 
 
 # --- finding files and their formats -------------------------------------------------------------
@@ -57,7 +58,7 @@ def match_files(pattern: str) -> list[str]:
     try:
         matched = FileSystems.match([pattern])[0].metadata_list
     except Exception as error:  # Beam raises BeamIOError and others; the user needs one line
-        raise InputError(f"{pattern}: cannot list files ({_first_line(error)})") from None
+        raise InputError(f"{pattern}: cannot list files ({first_line(error)})") from None
     files = sorted(m.path for m in matched if not m.path.endswith("/"))
     if not files:
         raise InputError(f"{pattern}: no file matches")
@@ -88,7 +89,7 @@ def column_names(path: str, fmt: str) -> list[str]:
             reader = pacsv.open_csv(handle, read_options=pacsv.ReadOptions(block_size=1 << 20))
             return list(reader.schema.names)
     except Exception as error:
-        raise InputError(f"{path}: unreadable {fmt} file ({_first_line(error)})") from None
+        raise InputError(f"{path}: unreadable {fmt} file ({first_line(error)})") from None
 
 
 def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str]) -> None:
@@ -184,6 +185,8 @@ def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.Rec
 def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[str, np.ndarray]]]:
     """The column in the spec's type (bad slots filled with a placeholder), and (problem, mask) pairs."""
     problems = [("null", _mask(column.is_null()))]
+    if spec.kind == "any":
+        return column, problems
     if spec.kind == "string":
         return pc.cast(column, pa.string(), safe=False) if column.type != pa.string() else column, problems
     target = pa.int64() if spec.kind == "int" else pa.float64()
@@ -257,8 +260,13 @@ def write_json(path: str, payload: dict) -> None:
 
 
 def read_json(path: str) -> dict:
+    return json.loads(read_text(path))
+
+
+def read_text(path: str) -> str:
+    """A small text file, local or gs:// (a UTF-8 byte-order mark is dropped)."""
     with FileSystems.open(path) as handle:
-        return json.loads(handle.read())
+        return handle.read().decode("utf-8-sig")
 
 
 def table_to_csv(table: pa.Table) -> bytes:
@@ -267,6 +275,6 @@ def table_to_csv(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:300]

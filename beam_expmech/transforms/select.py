@@ -1,0 +1,85 @@
+"""The final step: a private selection from per-shard counts, as a distributed noisy max.
+
+col: (candidate shard, int64 counts) -> col: one list of candidate indices, best first.
+
+Each shard draws its candidates' noisy keys and keeps its own top k, exactly (DESIGN.md
+section 2: the exponential mechanism is a combine). The survivors travel with the state of
+their partially sampled noise, and one global step refines them until the overall top k is
+certain. The result is the same draw as one exponential mechanism (or permute-and-flip) over
+every candidate, and no worker holds every score.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+
+from beam_expmech import parameters
+from beam_expmech.mechanisms.exact import Noise, PartialKey, decide, noisy_top_k_keys
+from beam_expmech.mechanisms.exponential import log_weights
+from beam_expmech.mechanisms.randomness import RandomSource, random_source
+from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
+
+MECHANISMS = {"exponential": Noise.GUMBEL, "permute-and-flip": Noise.EXPONENTIAL}
+
+
+class PrivateSelect(beam.PTransform):
+    """The top ``k`` candidates by the exponential mechanism (or permute-and-flip, k = 1).
+
+    Privacy: ``epsilon``-DP in total when every count has the given ``sensitivity`` (for
+    bounded contributions: max rows per unit times the predicate's contribution); the
+    exponential mechanism is also epsilon^2/8-zCDP, permute-and-flip is pure DP only. With
+    k > 1 each of the k picks spends epsilon / k. Arguments are validated here, when the
+    pipeline is built, before any data is read. ``seed`` is for tests only (not private).
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        sensitivity: float,
+        num_candidates: int,
+        k: int = 1,
+        mechanism: str = "exponential",
+        monotonic: bool = True,
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        seed: int | None = None,
+    ):
+        super().__init__()
+        self.epsilon = parameters.positive_finite(epsilon, "epsilon")
+        self.sensitivity = parameters.positive_finite(sensitivity, "sensitivity")
+        self.num_candidates = parameters.count(num_candidates, "num_candidates")
+        self.k = parameters.count(k, "k", at_most=self.num_candidates)
+        if mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+        if mechanism == "permute-and-flip" and self.k > 1:
+            raise ValueError("permute-and-flip selects one candidate; use the exponential mechanism for k > 1")
+        self.noise = MECHANISMS[mechanism]
+        self.monotonic, self.shard_size, self.seed = bool(monotonic), shard_size, seed
+        random_source(seed)  # validates the seed now
+
+    def _source(self, stream: int) -> RandomSource:
+        if self.seed is None:
+            return random_source(None)
+        return random_source(np.random.default_rng([self.seed, stream]))  # test-only: not private
+
+    def _shard_keys(self, shard: int, counts: np.ndarray) -> list[PartialKey]:
+        """This shard's top k (at most its size), with global indices and the noise's state."""
+        weights = log_weights(
+            counts, epsilon=self.epsilon, sensitivity=self.sensitivity, monotonic=self.monotonic, rounds=self.k
+        )
+        keys = noisy_top_k_keys(weights, min(self.k, counts.size), self.noise, self._source(shard))
+        for key in keys:
+            key.index += shard * self.shard_size
+        return keys
+
+    def _merge(self, keys: list[PartialKey]) -> list[int]:
+        return [key.index for key in decide(keys, self.k, self.noise, self._source(-1))]
+
+    def expand(self, counts):
+        return (
+            counts
+            | "ShardTopK" >> beam.MapTuple(self._shard_keys)  # col: [PartialKey] per shard
+            | "Gather" >> beam.CombineGlobally(beam.combiners.ToListCombineFn())  # col: [[PartialKey]]
+            | "Decide" >> beam.Map(lambda lists: self._merge([key for keys in lists for key in keys]))
+        )

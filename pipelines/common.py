@@ -1,0 +1,58 @@
+"""What every pipeline shares: flags, the one-line error convention, and reading validated batches."""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+import sys
+from collections.abc import Callable, Sequence
+
+import apache_beam as beam
+
+from beam_expmech import io
+from beam_expmech.transforms import ReadRecordBatches, ValidateBatches, WriteDeadLetter
+
+USAGE_ERROR = 2
+
+
+def add_input_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="a file, a glob, or gs://bucket/path (Parquet, CSV or Avro)")
+    parser.add_argument("--format", choices=io.FORMATS, help="the input format (default: from the file extension)")
+
+
+def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--epsilon", type=float, required=True, help="the privacy guarantee of this release")
+    parser.add_argument("--privacy-unit", help="the column that identifies a person (default: each row is one)")
+    parser.add_argument("--max-rows-per-unit", type=int, help="rows kept per privacy unit (with --privacy-unit)")
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
+
+
+def check_unit_flags(args: argparse.Namespace) -> None:
+    if (args.privacy_unit is None) != (args.max_rows_per_unit is None):
+        raise ValueError("--privacy-unit and --max-rows-per-unit go together")
+    if args.max_rows_per_unit is not None and args.max_rows_per_unit < 1:
+        raise ValueError(f"--max-rows-per-unit must be >= 1, got {args.max_rows_per_unit}")
+
+
+def dead_letter_path(output: str) -> str:
+    """Where rejected rows go: beside the release, OUT.json -> OUT.dead_letter.csv."""
+    return posixpath.splitext(output)[0] + ".dead_letter.csv"
+
+
+def read_valid_batches(
+    pipeline: beam.Pipeline, files: Sequence[str], fmt: str | None, specs: Sequence[io.ColumnSpec], output: str
+):
+    """col: RecordBatch of the rows that passed validation; the rest go to the dead letter."""
+    batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, [s.name for s in specs])
+    checked = batches | "Validate" >> ValidateBatches(specs)
+    _ = checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter_path(output), [s.name for s in specs])
+    return checked.good
+
+
+def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run ``main``; a user error becomes one line on stderr and exit code 2, never a traceback."""
+    try:
+        return main(argv)
+    except (io.InputError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_ERROR
