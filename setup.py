@@ -32,6 +32,8 @@ setup(
             "scipy>=1.11",
             "hypothesis>=6.100",
             "ruff>=0.5",
+            # A real GCS server on 127.0.0.1 for the gs:// tests (started by the tests themselves).
+            "gcp-storage-emulator>=2024.8.3",
         ],
         # Benchmarks compare against OpenDP's exact noisy max when it is installed.
         "bench": ["opendp>=0.12"],

@@ -177,7 +177,7 @@ def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.Rec
     good_rows = pa.array(~bad)
     good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)
     bad_rows = pa.array(bad)
-    rejected = {s.name: pc.cast(batch.column(s.name).filter(bad_rows), pa.string(), safe=False) for s in specs}
+    rejected = {s.name: _as_text(batch.column(s.name).filter(bad_rows)) for s in specs}
     rejected[REASON] = pa.array(reasons[bad].tolist(), pa.string())
     return good, pa.table(rejected)
 
@@ -188,7 +188,7 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     if spec.kind == "any":
         return column, problems
     if spec.kind == "string":
-        return pc.cast(column, pa.string(), safe=False) if column.type != pa.string() else column, problems
+        return _as_text(column), problems
     target = pa.int64() if spec.kind == "int" else pa.float64()
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         parses = _mask(pc.match_substring_regex(column, _INTEGER if spec.kind == "int" else _NUMBER))
@@ -226,6 +226,15 @@ def _parse(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]
         values = [int(t) for t in texts]
         overflow = np.array([not -(2**63) <= v < 2**63 for v in values])
         return pa.array([0 if o else v for v, o in zip(values, overflow, strict=True)], target), overflow
+
+
+def _as_text(array: pa.Array) -> pa.Array:
+    if array.type == pa.string():
+        return array
+    try:
+        return pc.cast(array, pa.string(), safe=False)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # nested types: Python's repr, row by row
+        return pa.array([None if v is None else str(v) for v in array.to_pylist()], pa.string())
 
 
 def _mask(array: pa.Array) -> np.ndarray:

@@ -59,3 +59,50 @@ def neighbours(scores: np.ndarray, sensitivity: float, *, monotone: bool = False
 def small_score_grid():
     """Every score vector over {0, 1, 3} for 3 candidates, as floats."""
     return [np.array(s, dtype=float) for s in itertools.product((0, 1, 3), repeat=3)]
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    """A real GCS server (gcp-storage-emulator) on 127.0.0.1, with STORAGE_EMULATOR_HOST set.
+
+    Yields an anonymous google-cloud-storage client with a bucket named "test-bucket". Beam
+    is told up front to connect anonymously, which it otherwise does only after ~24 s of
+    retrying to find Google credentials (and a probe of the GCE metadata server).
+    """
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from apache_beam.internal.gcp import auth
+    from google.cloud import storage
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(Path(sys.executable).with_name("gcp-storage-emulator")), "start", "--host", "127.0.0.1",
+               "--port", str(port), "--in-memory", "--default-bucket", "test-bucket"]  # fmt: skip
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("gcp-storage-emulator did not start") from None
+                time.sleep(0.1)
+        os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
+        auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
+        yield storage.Client.create_anonymous_client()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        if previous is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = previous

@@ -68,13 +68,14 @@ class PrivateSelect(beam.PTransform):
         weights = log_weights(
             counts, epsilon=self.epsilon, sensitivity=self.sensitivity, monotonic=self.monotonic, rounds=self.k
         )
-        keys = noisy_top_k_keys(weights, min(self.k, counts.size), self.noise, self._source(shard))
+        keys = noisy_top_k_keys(weights, min(self.k, counts.size), self.noise, self._source(shard + 1))
         for key in keys:
             key.index += shard * self.shard_size
         return keys
 
     def _merge(self, keys: list[PartialKey]) -> list[int]:
-        return [key.index for key in decide(keys, self.k, self.noise, self._source(-1))]
+        keys = sorted(keys, key=lambda key: key.index)  # refinement order must not depend on arrival order
+        return [key.index for key in decide(keys, self.k, self.noise, self._source(0))]
 
     def expand(self, counts):
         return (

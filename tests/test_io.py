@@ -1,0 +1,95 @@
+"""Reading every format, validating batches into good rows and a dead letter, atomic writes."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from beam_data import purchases, write
+
+from beam_expmech import io
+
+
+@pytest.mark.parametrize("fmt", io.FORMATS)
+def test_every_format_reads_back_the_needed_columns(tmp_path, fmt):
+    table = purchases(1000)
+    path = write(table, tmp_path / f"data.{fmt}", fmt)
+    assert io.match_files(str(tmp_path / "*")) == [str(path)]
+    assert set(io.column_names(str(path), fmt)) == {"user_id", "item", "amount"}
+    batches = [b for split in io.splits(str(path), fmt) for b in io.read_split(split, ["item", "amount"])]
+    read = pa.Table.from_batches(batches)
+    assert read.column_names == ["item", "amount"]
+    item, _ = io.validate(read.combine_chunks().to_batches()[0], [io.ColumnSpec("item", "int")])
+    np.testing.assert_array_equal(item.column("item").to_numpy(), table.column("item").to_numpy())
+
+
+def test_format_from_extension_or_declared():
+    assert io.file_format("gs://b/x.PARQUET") == "parquet"
+    assert io.file_format("a/b.csv.gz") == "csv"
+    assert io.file_format("a/b.data", "avro") == "avro"
+    with pytest.raises(io.InputError, match="--format"):
+        io.file_format("a/b.data")
+
+
+def test_schema_problems_name_the_file_and_column(tmp_path):
+    path = write(purchases(10), tmp_path / "a.parquet", "parquet")
+    with pytest.raises(io.InputError, match=r"a\.parquet: missing column 'region'"):
+        io.check_columns([str(path)], None, ["item", "region"])
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+    with pytest.raises(io.InputError, match=r"broken\.parquet: unreadable parquet"):
+        io.check_columns([str(broken)], None, ["item"])
+    with pytest.raises(io.InputError, match="no file matches"):
+        io.match_files(str(tmp_path / "*.avro"))
+
+
+def test_validation_routes_each_bad_row_with_its_reason():
+    batch = pa.record_batch(
+        {
+            "n": pa.array(["1", " 2 ", "x", None, "99999999999999999999", "7", "8", "9"]),
+            "f": pa.array([0.5, 1.0, 2.0, 3.0, 4.0, float("nan"), float("inf"), 1.0]),
+            "d": pa.array([0, 1, 2, 3, 4, 5, 6, 10]),
+        }
+    )
+    specs = [io.ColumnSpec("n", "int"), io.ColumnSpec("f", "float"), io.ColumnSpec("d", "int", domain=(0, 10))]
+    good, bad = io.validate(batch, specs)
+    assert good.column("n").to_pylist() == [1, 2]
+    assert good.column("n").type == pa.int64() and good.column("f").type == pa.float64()
+    assert bad.column("reason").to_pylist() == [
+        "n: not an integer",
+        "n: null",
+        "n: out of the 64-bit range",
+        "f: NaN or infinite",
+        "f: NaN or infinite",
+        "d: outside the domain [0, 10)",
+    ]
+    assert bad.column("n").to_pylist()[0] == "x"  # the rejected value as it was read
+
+
+def test_float_codes_and_wrong_types():
+    batch = pa.record_batch({"a": pa.array([1.0, 2.5, -0.0]), "b": pa.array([[1], [2], [3]])})
+    good, bad = io.validate(batch, [io.ColumnSpec("a", "int")])
+    assert good.column("a").to_pylist() == [1, 0] and bad.column("reason").to_pylist() == ["a: not an integer"]
+    _, bad = io.validate(batch, [io.ColumnSpec("b", "float")])
+    assert bad.num_rows == 3 and bad.column("reason")[0].as_py().startswith("b: wrong type")
+
+
+def test_clean_batches_have_no_dead_letter():
+    good, bad = io.validate(pa.record_batch({"s": ["a", "b"]}), [io.ColumnSpec("s", "string")])
+    assert bad is None and good.num_rows == 2
+
+
+def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
+    path = tmp_path / "out" / "release.json"
+    io.write_json(str(path), {"selected": ["a"]})
+    assert io.read_json(str(path)) == {"selected": ["a"]}
+
+    def crash(*_):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        io.write_json(str(path), {"selected": ["b"]})
+    assert io.read_json(str(path)) == {"selected": ["a"]}  # the old release, whole

@@ -1,0 +1,72 @@
+"""Predicate families against plain numpy counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from beam_expmech.predicates import CategoryCounts, ExpressionCounts, MarginalCounts
+
+
+@pytest.fixture
+def batch():
+    rng = np.random.default_rng(0)
+    return pa.record_batch(
+        {
+            "x": rng.integers(-2, 8, 5000),
+            "y": rng.integers(0, 3, 5000),
+            "s": pa.array(rng.choice(["red", "green", "blue", "teal"], 5000)),
+        }
+    )
+
+
+def test_category_counts_over_a_range(batch):
+    family = CategoryCounts("x", range(0, 5))
+    x = batch.column("x").to_numpy()
+    assert family.count(batch).tolist() == [int((x == v).sum()) for v in range(5)]
+    indices, counts = family.sparse_count(batch)
+    assert np.array_equal(family.count(batch)[indices], counts) and (counts > 0).all()
+    assert family.labels([0, 4]) == ["0", "4"]
+
+
+def test_category_counts_over_labels(batch):
+    family = CategoryCounts("s", ["blue", "red", "gold"])
+    s = np.array(batch.column("s").to_pylist())
+    assert family.count(batch).tolist() == [int((s == "blue").sum()), int((s == "red").sum()), 0]
+    assert family.contribution == 1 and family.monotonic
+
+
+def test_marginal_counts(batch):
+    family = MarginalCounts(["x", "y"], [4, 3])
+    x, y = batch.column("x").to_numpy(), batch.column("y").to_numpy()
+    expected = [int(((x == a) & (y == b)).sum()) for a in range(4) for b in range(3)]
+    assert family.count(batch).tolist() == expected  # x outside 0..3 is in no cell
+    assert family.labels([0, 11]) == ["x=0,y=0", "x=3,y=2"]
+
+
+def test_expression_counts(batch):
+    family = ExpressionCounts(
+        [pc.field("x") > 3, (pc.field("s") == "red") & (pc.field("y") == 1)],
+        columns=["x", "s", "y"],
+        labels=["big", "red1"],
+    )
+    x, y, s = batch.column("x").to_numpy(), batch.column("y").to_numpy(), np.array(batch.column("s").to_pylist())
+    assert family.count(batch).tolist() == [int((x > 3).sum()), int(((s == "red") & (y == 1)).sum())]
+    assert family.labels([1]) == ["red1"]
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: CategoryCounts("x", []), "empty"),
+        (lambda: CategoryCounts("x", ["a", "b", "a"]), "duplicated: a"),
+        (lambda: CategoryCounts("x", range(3, 3)), "non-empty range"),
+        (lambda: MarginalCounts(["a"], [0]), "domain size"),
+        (lambda: ExpressionCounts([], columns=[]), "empty"),
+    ],
+)
+def test_bad_families(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -1,0 +1,178 @@
+"""pipelines.select end to end on the DirectRunner (in-process and multi-process) and on gs://."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+from beam_data import purchases, write
+from conftest import assert_follows
+from test_exponential import peeling_pmf
+
+from beam_expmech.predicates import CategoryCounts
+from beam_expmech.transforms import PredicateCounts, PrivateSelect
+from pipelines import select
+
+RELEASE_KEYS = {
+    "selected", "mechanism", "epsilon", "sensitivity", "monotonic", "num_candidates", "top_k", "privacy_unit",
+    "max_rows_per_unit", "accuracy", "private_randomness",
+}  # fmt: skip
+
+
+def run_select(*args: str) -> dict:
+    assert select.main(list(args)) == 0
+    output = args[args.index("--output") + 1]
+    return json.loads(open(output).read()) if not output.startswith("gs://") else None
+
+
+def true_top(table, k):
+    return [str(i) for i in np.argsort(-np.bincount(table.column("item").to_numpy()), kind="stable")[:k]]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "avro"])
+def test_selects_the_true_top_items_at_large_epsilon(tmp_path, fmt):
+    table = purchases(20_000)
+    write(table, tmp_path / f"data.{fmt}", fmt)
+    out = tmp_path / "release.json"
+    release = run_select("--input", str(tmp_path / f"*.{fmt}"), "--column", "item", "--candidate-range", "0:50",
+                         "--epsilon", "2000", "--top-k", "3", "--output", str(out))  # fmt: skip
+    assert release["selected"] == true_top(table, 3)
+    assert set(release) == RELEASE_KEYS  # nothing computed from the data but the selection
+    assert release["sensitivity"] == 1 and release["monotonic"] and release["private_randomness"]
+    assert (tmp_path / "release.dead_letter.csv").read_text().strip() == '"item","reason"'
+
+
+def test_bounded_contributions_set_the_sensitivity(tmp_path):
+    table = purchases(20_000, users=200)
+    write(table, tmp_path / "data.parquet", "parquet")
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("\n".join(str(i) for i in range(50)))
+    release = run_select("--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidates", str(candidates),
+                         "--privacy-unit", "user_id", "--max-rows-per-unit", "5", "--epsilon", "1",
+                         "--output", str(tmp_path / "r.json"))  # fmt: skip
+    assert release["sensitivity"] == 5 and release["privacy_unit"] == "user_id"
+    assert release["accuracy"]["loss_per_pick"] == pytest.approx(5 / 1 * (np.log(50) + np.log(20)))
+    assert len(release["selected"]) == 1
+
+
+def test_multi_process_runner_gives_the_same_release_under_a_test_seed(tmp_path):
+    write(purchases(30_000, users=300), tmp_path / "data.parquet", "parquet")
+    common = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+              "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "0.5", "--top-k", "3",
+              "--seed", "7"]  # fmt: skip
+    one = run_select(*common, "--output", str(tmp_path / "one.json"))
+    two = run_select(*common, "--output", str(tmp_path / "two.json"),
+                     "--direct_running_mode=multi_processing", "--direct_num_workers=2")  # fmt: skip
+    assert one == two and one["private_randomness"] is False
+
+
+def test_bad_rows_go_to_the_dead_letter_and_the_release_still_happens(tmp_path):
+    (tmp_path / "data.csv").write_text(
+        '\ufeffuser_id,item,amount\n1,3,1.0\n2,x,2.0\n3,,3.0\n,3,1.0\n4,"3",9\n5,4,"multi\nline"\n'
+    )
+    out = tmp_path / "r.json"
+    release = run_select("--input", str(tmp_path / "data.csv"), "--column", "item", "--candidate-range", "0:10",
+                         "--privacy-unit", "user_id", "--max-rows-per-unit", "1", "--epsilon", "1",
+                         "--output", str(out))  # fmt: skip
+    assert len(release["selected"]) == 1
+    dead = (tmp_path / "r.dead_letter.csv").read_text().splitlines()
+    assert dead[0] == '"item","user_id","reason"'
+    assert sorted(dead[1:]) == sorted(['"x","2","item: not an integer"', ',"3","item: null"', '"3",,"user_id: null"'])
+
+
+@pytest.mark.parametrize("content", ["user_id,item,amount\n", "user_id,item,amount\n1,bad,1\n"])
+def test_empty_or_all_bad_input_still_runs_the_mechanism(tmp_path, content):
+    (tmp_path / "data.csv").write_text(content)
+    release = run_select("--input", str(tmp_path / "data.csv"), "--column", "item", "--candidate-range", "0:10",
+                         "--epsilon", "1", "--top-k", "2", "--output", str(tmp_path / "r.json"))  # fmt: skip
+    assert len(release["selected"]) == 2  # uniform over the public candidates: an error would reveal the data
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"--epsilon": "0"}, "epsilon"),
+        ({"--top-k": "0"}, "k must be an integer >= 1"),
+        ({"--top-k": "11"}, "exceeds the number of candidates"),
+        ({"--column": "nope"}, "missing column 'nope'"),
+        ({"--candidate-range": "5:5"}, "empty"),
+        ({"--max-rows-per-unit": "0"}, "max-rows-per-unit"),
+        ({"--input": "/nonexistent/*.parquet"}, "no file matches"),
+        ({"--mechanism": "permute-and-flip", "--top-k": "2"}, "permute-and-flip selects one"),
+    ],
+)
+def test_bad_arguments_stop_with_one_line_and_exit_2(tmp_path, change, message):
+    write(purchases(100), tmp_path / "data.parquet", "parquet")
+    args = {"--input": str(tmp_path / "data.parquet"), "--column": "item", "--candidate-range": "0:10",
+            "--epsilon": "1", "--privacy-unit": "user_id", "--max-rows-per-unit": "2",
+            "--output": str(tmp_path / "r.json"), **change}  # fmt: skip
+    run = subprocess.run([sys.executable, "-m", "pipelines.select", *[x for kv in args.items() for x in kv]],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], run.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_candidate_list_problems(tmp_path):
+    write(purchases(100), tmp_path / "data.parquet", "parquet")
+    for content, message in [("", "empty"), ("a\nb\na\n", "duplicated: a")]:
+        (tmp_path / "c.txt").write_text(content)
+        with pytest.raises(ValueError, match=message):
+            select.main(["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidates",
+                         str(tmp_path / "c.txt"), "--epsilon", "1", "--output", str(tmp_path / "r.json")])  # fmt: skip
+
+
+def test_gs_input_and_output(tmp_path, gcs_emulator):
+    table = purchases(5_000)
+    write(table, tmp_path / "data.parquet", "parquet")
+    bucket = gcs_emulator.bucket("test-bucket")
+    bucket.blob("in/data.parquet").upload_from_filename(str(tmp_path / "data.parquet"))
+    bucket.blob("in/candidates.txt").upload_from_string("\n".join(str(i) for i in range(50)))
+    run_select("--input", "gs://test-bucket/in/*.parquet", "--column", "item", "--candidates",
+               "gs://test-bucket/in/candidates.txt", "--epsilon", "3000", "--top-k", "2",
+               "--output", "gs://test-bucket/out/release.json")  # fmt: skip
+    release = json.loads(bucket.blob("out/release.json").download_as_text())
+    assert release["selected"] == true_top(table, 2)
+    assert bucket.blob("out/release.dead_letter.csv").exists()
+
+
+# --- the distributed noisy max ----------------------------------------------------------------
+
+
+def test_sharded_counts_and_selection_match_the_unsharded_answer():
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 1000, 30_000)
+    batches = [__import__("pyarrow").record_batch({"v": values[i : i + 4000]}) for i in range(0, values.size, 4000)]
+    family = CategoryCounts("v", range(1000))
+    expected = np.bincount(values, minlength=1000)
+    with beam.Pipeline() as pipeline:
+        counts = pipeline | beam.Create(batches) | PredicateCounts(family, shard_size=128)
+        dense = (
+            counts
+            | beam.combiners.ToList()
+            | beam.Map(lambda shards: np.concatenate([c for _, c in sorted(shards, key=lambda kv: kv[0])]).tolist())
+        )
+        assert_that(dense, equal_to([expected.tolist()]), label="counts")
+        chosen = counts | PrivateSelect(epsilon=1e5, sensitivity=1, num_candidates=1000, k=5, shard_size=128)
+        best_counts = sorted(expected, reverse=True)[:5]  # ties may come in either order
+        assert_that(chosen | beam.Map(lambda c: expected[c].tolist()), equal_to([best_counts]), label="top5")
+
+
+def test_distributed_noisy_max_follows_peeling():
+    """Shards of 2 candidates, merged exactly: the same law as top-k over all of them."""
+    scores = np.array([0, 1, 1, 2, 3], dtype=np.int64)
+    select_transform = PrivateSelect(epsilon=2.0, sensitivity=1, num_candidates=5, k=2, shard_size=2, monotonic=False)
+    draws = []
+    for seed in range(4000):
+        select_transform.seed = seed
+        keys = [key for s in range(3) for key in select_transform._shard_keys(s, scores[2 * s : 2 * s + 2])]
+        draws.append(tuple(select_transform._merge(keys)))
+    assert_follows(draws, peeling_pmf(scores.astype(float), 2, 2.0, 1))
+    assert Counter(d[0] for d in draws)[4] > 1000
