@@ -7,28 +7,17 @@ import subprocess
 import sys
 
 
-def test_demo_prints_a_private_top_3_and_writes_the_release(tmp_path):
-    output = tmp_path / "release.json"
+def test_demo_generates_data_and_releases_a_private_top_3(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "pipelines.demo", "--rows", "120000", "--epsilon", "5", "--output", str(output)],
+        [sys.executable, "-m", "pipelines.demo", "--rows", "60000", "--epsilon", "5", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stderr
-    release = json.loads(output.read_text())
+    release = json.loads((tmp_path / "top3.json").read_text())
     assert len(release["selected"]) == 3 and len(set(release["selected"])) == 3
-    assert set(release) == {
-        "selected",
-        "mechanism",
-        "epsilon",
-        "sensitivity",
-        "monotonic",
-        "num_candidates",
-        "accuracy_bound",
-    }
-    assert release["epsilon"] == 5
-    for label in release["selected"]:
-        assert label in run.stdout
-    assert "budget: spent 5 of 5" in run.stdout
-    assert not list(tmp_path.glob("*.tmp"))  # the atomic write left no temporary file behind
+    assert release["epsilon"] == 5 and release["sensitivity"] == 5 and release["privacy_unit"] == "user_id"
+    assert f"selected {', '.join(release['selected'])}" in run.stdout
+    assert (tmp_path / "top3.dead_letter.csv").exists()
+    assert not list(tmp_path.glob(".tmp-*"))  # the atomic writes left no temporary file behind

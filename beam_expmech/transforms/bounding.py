@@ -55,11 +55,11 @@ def split_by_shard(batch: pa.RecordBatch, unit_column: str, shards: int) -> Iter
     """(shard, rows of that shard): the rows of one unit always go to one shard."""
     shard = (unit_hash(batch.column(unit_column)) % np.uint64(shards)).astype(np.int64)
     order = np.argsort(shard, kind="stable")
-    ordered = batch.take(pa.array(order))
     bounds = np.searchsorted(shard[order], np.arange(shards + 1))
     for s in range(shards):
         if bounds[s + 1] > bounds[s]:
-            yield s, ordered.slice(bounds[s], bounds[s + 1] - bounds[s])
+            # take, not slice: a pickled slice would carry the whole batch's buffers to every shard
+            yield s, batch.take(pa.array(order[bounds[s] : bounds[s + 1]]))
 
 
 def keep_at_most(
