@@ -21,8 +21,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from dp_accounting import ZCDpEvent
-from dp_accounting.rdp import RdpAccountant
 
 from beam_expmech import parameters
 
@@ -114,6 +112,10 @@ class PrivacyBudget:
 
 def zcdp_to_epsilon(rho: float, *, delta: float) -> float:
     """The epsilon of (epsilon, delta)-DP implied by rho-zCDP (dp-accounting's RDP conversion)."""
+    # Imported here: dp-accounting pulls in scipy (0.8 s), which pure-DP runs never need.
+    from dp_accounting import ZCDpEvent
+    from dp_accounting.rdp import RdpAccountant
+
     rho = parameters.positive_finite(rho, "rho")
     delta = parameters.probability(delta, "delta")
     accountant = RdpAccountant(orders=_RDP_ORDERS)

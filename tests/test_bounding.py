@@ -13,7 +13,14 @@ from conftest import assert_follows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_expmech.transforms.bounding import BoundContributions, keep_at_most, split_by_shard, unit_hash
+from beam_expmech.transforms.bounding import (
+    PRIORITY,
+    BoundContributions,
+    KeepLowestPerUnit,
+    split_by_shard,
+    unit_hash,
+    with_priorities,
+)
 
 units_strategy = st.one_of(
     st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=12),
@@ -22,12 +29,15 @@ units_strategy = st.one_of(
 
 
 def bound(batches, k, shards, seed=None):
-    grouped = {}
-    for batch in batches:
-        for shard, part in split_by_shard(batch, "unit", shards):
-            grouped.setdefault(shard, []).append(part)
-    kept = [b for shard, parts in grouped.items() for b in keep_at_most(parts, "unit", k, seed)]
-    return pa.Table.from_batches(kept) if kept else None
+    """The transform's steps by hand: priorities, shards, then two partial combines merged."""
+    combine = KeepLowestPerUnit("unit", k)
+    accumulators = {}
+    for i, batch in enumerate(batches):
+        for shard, part in split_by_shard(with_priorities(batch, seed), "unit", shards):
+            pair = accumulators.setdefault(shard, [combine.create_accumulator(), combine.create_accumulator()])
+            pair[i % 2] = combine.add_input(pair[i % 2], part)
+    tables = [combine.extract_output(combine.merge_accumulators(pair)) for pair in accumulators.values()]
+    return pa.concat_tables([t.drop_columns([PRIORITY]) for t in tables if t is not None])
 
 
 @settings(max_examples=60, deadline=None)

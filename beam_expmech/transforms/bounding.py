@@ -1,9 +1,10 @@
 """Contribution bounding: at most K rows per privacy unit, as a batched shuffle.
 
-Each batch is split by a stable hash of the unit into S shards; a shard's rows are grouped in
-one place, where every unit keeps K of its rows chosen uniformly at random (a random priority
-per row, then a vectorised rank within the unit). Every count over the result then changes by
-at most K * contribution when one unit is added or removed, and all counts move the same way.
+Every row gets a uniform random priority, and each batch is split by a stable hash of the unit
+into S shards. Per shard, a CombineFn keeps each unit's K rows of lowest priority (a vectorised
+sort and rank): a uniform random K-subset, and an associative rule, so Beam can apply it before
+the shuffle and ship at most K rows per unit. Every count over the result then changes by at
+most K * contribution when one unit is added or removed, and all counts move the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from beam_expmech.mechanisms.randomness import random_source
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV prime: the polynomial base for text units
+PRIORITY = "__priority"
+_COMPACT_ROWS = 1 << 17
 
 
 def unit_hash(units: pa.Array) -> np.ndarray:
@@ -53,8 +56,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 def split_by_shard(batch: pa.RecordBatch, unit_column: str, shards: int) -> Iterable[tuple[int, pa.RecordBatch]]:
     """(shard, rows of that shard): the rows of one unit always go to one shard."""
-    shard = (unit_hash(batch.column(unit_column)) % np.uint64(shards)).astype(np.int64)
-    order = np.argsort(shard, kind="stable")
+    shard = (unit_hash(batch.column(unit_column)) % np.uint64(shards)).astype(np.uint16)
+    order = np.argsort(shard, kind="stable")  # a radix sort for 16-bit keys
     bounds = np.searchsorted(shard[order], np.arange(shards + 1))
     for s in range(shards):
         if bounds[s + 1] > bounds[s]:
@@ -62,50 +65,116 @@ def split_by_shard(batch: pa.RecordBatch, unit_column: str, shards: int) -> Iter
             yield s, batch.take(pa.array(order[bounds[s] : bounds[s + 1]]))
 
 
-def keep_at_most(
-    batches: Iterable[pa.RecordBatch], unit_column: str, max_rows: int, seed: int | None = None
-) -> Iterable[pa.RecordBatch]:
-    """The rows of one shard with at most ``max_rows`` per unit, chosen uniformly at random."""
-    table = pa.Table.from_batches(list(batches))
+def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.RecordBatch:
+    """The batch with a uniform random 64-bit priority per row (OS randomness unless a test seeds it).
+
+    Seeded priorities depend on the batch's content, not on when it arrives, so tests see the
+    same rows kept on every runner.
+    """
+    if seed is None:
+        source = random_source(None)
+    else:
+        fingerprint = int(unit_hash(batch.column(0)).sum(dtype=np.uint64)) ^ batch.num_rows
+        source = random_source(np.random.default_rng([seed, fingerprint]))  # test-only: seeded
+    priorities = np.frombuffer(source.uint32(2 * batch.num_rows).tobytes(), dtype=np.uint64)
+    return batch.append_column(PRIORITY, pa.array(priorities))
+
+
+def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
+    """Each unit's ``max_rows`` rows of lowest priority (all its rows if it has fewer).
+
+    The priorities are iid uniform, so the rows kept are a uniform random subset of the
+    unit's rows; and keeping the lowest is associative, so partial results can be merged.
+    """
     if table.num_rows == 0:
-        return
-    if seed is not None:  # tests: the same rows kept whatever order the batches arrived in
-        table = table.sort_by([(name, "ascending") for name in table.column_names])
-    units = pc.dictionary_encode(table.column(unit_column).combine_chunks()).indices
-    codes = units.to_numpy(zero_copy_only=False)
-    priority = random_source(seed).uint32(table.num_rows)  # OS randomness unless a test seeds it
-    order = np.lexsort((priority, codes))
-    sorted_codes = codes[order]
+        return table
+    codes = pc.dictionary_encode(table.column(unit_column).combine_chunks()).indices.to_numpy(zero_copy_only=False)
+    priority = table.column(PRIORITY).to_numpy()
+    if codes.max() < 1 << 24:  # one sort key: the unit in the top 24 bits, 40 bits of priority below
+        order = np.argsort((codes.astype(np.uint64) << np.uint64(40)) | (priority >> np.uint64(24)))
+    else:
+        order = np.lexsort((priority, codes))
+    unit = codes[order]
     first = np.ones(order.size, bool)
-    first[1:] = sorted_codes[1:] != sorted_codes[:-1]
-    group_start = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
-    rank = np.arange(order.size) - group_start
-    kept = table.take(pa.array(np.sort(order[rank < max_rows])))
-    yield from kept.combine_chunks().to_batches(max_chunksize=io.BATCH_ROWS)
+    first[1:] = unit[1:] != unit[:-1]
+    rank = np.arange(order.size) - np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    return table.take(pa.array(order[rank < max_rows]))
+
+
+class KeepLowestPerUnit(beam.CombineFn):
+    """Per shard: the ``max_rows`` lowest-priority rows of each unit, compacted as batches arrive.
+
+    Accumulator: [compacted table or None, pending batches, pending row count]. Beam lifts the
+    combine before the shuffle, so each worker ships at most ``max_rows`` rows per unit.
+    """
+
+    def __init__(self, unit_column: str, max_rows: int):
+        self.unit_column, self.max_rows = unit_column, max_rows
+
+    def create_accumulator(self) -> list:
+        return [None, [], 0]
+
+    def add_input(self, accumulator: list, batch) -> list:
+        accumulator[1].append(batch)
+        accumulator[2] += batch.num_rows
+        kept = 0 if accumulator[0] is None else accumulator[0].num_rows
+        if accumulator[2] > max(_COMPACT_ROWS, kept):  # amortised: compact when pending outgrows kept
+            self._compact(accumulator)
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> list:
+        merged = self.create_accumulator()
+        for accumulator in accumulators:
+            if accumulator[0] is not None:
+                merged[1].append(accumulator[0])
+            merged[1].extend(accumulator[1])
+        self._compact(merged)
+        return merged
+
+    def compact(self, accumulator: list) -> list:
+        self._compact(accumulator)
+        return accumulator
+
+    def extract_output(self, accumulator: list) -> pa.Table | None:
+        self._compact(accumulator)
+        return accumulator[0]
+
+    def _compact(self, accumulator: list) -> None:
+        parts = ([] if accumulator[0] is None else [accumulator[0]]) + [
+            p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in accumulator[1]
+        ]
+        if parts:
+            accumulator[0] = keep_lowest(pa.concat_tables(parts).combine_chunks(), self.unit_column, self.max_rows)
+        accumulator[1], accumulator[2] = [], 0
 
 
 class BoundContributions(beam.PTransform):
     """At most ``max_rows`` rows per value of ``unit_column``; rows chosen uniformly at random.
 
     col: RecordBatch -> col: RecordBatch. With it, a count's sensitivity is ``max_rows`` times
-    the predicate's contribution. ``seed`` (tests only) makes the choice repeatable; the
-    choice needs no secrecy for the guarantee, but uses OS randomness by default all the same.
+    the predicate's contribution, and counts stay monotone. ``seed`` (tests only) makes the
+    choice repeatable; the guarantee does not rest on this randomness, but it is the OS's by default.
     """
 
     def __init__(self, unit_column: str, max_rows: int, *, shards: int = 32, seed: int | None = None):
         super().__init__()
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be an integer >= 1, got {max_rows!r}")
+        if not 1 <= shards <= 1 << 16:
+            raise ValueError(f"shards must be between 1 and 65536, got {shards}")
         self.unit_column, self.max_rows, self.shards, self.seed = unit_column, max_rows, shards, seed
 
     def expand(self, batches):
-        unit, max_rows, shards, seed = self.unit_column, self.max_rows, self.shards, self.seed
+        unit, shards, seed = self.unit_column, self.shards, self.seed
         return (
             batches
+            | "Priorities" >> beam.Map(with_priorities, seed)  # col: RecordBatch + priority
             | "Shard" >> beam.FlatMap(split_by_shard, unit, shards)  # col: (shard, RecordBatch)
-            | "Group" >> beam.GroupByKey()  # col: (shard, [RecordBatch])
-            | "Keep"
-            >> beam.FlatMapTuple(
-                lambda shard, group: keep_at_most(group, unit, max_rows, None if seed is None else seed * 7919 + shard)
-            )  # col: RecordBatch
+            | "KeepLowest" >> beam.CombinePerKey(KeepLowestPerUnit(unit, self.max_rows))  # col: (shard, Table)
+            | "Batches" >> beam.FlatMapTuple(_as_batches)  # col: RecordBatch
         )
+
+
+def _as_batches(_shard: int, table: pa.Table | None):
+    if table is not None:
+        yield from table.drop_columns([PRIORITY]).to_batches(max_chunksize=io.BATCH_ROWS)
