@@ -35,7 +35,7 @@ setup(
             # A real GCS server on 127.0.0.1 for the gs:// tests (started by the tests themselves).
             "gcp-storage-emulator>=2024.8.3",
         ],
-        # Benchmarks compare against OpenDP's exact noisy max when it is installed.
-        "bench": ["opendp>=0.12"],
+        # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed.
+        "bench": ["opendp>=0.12", "pipeline-dp>=0.2.1"],
     },
 )
