@@ -66,7 +66,7 @@ def split_by_shard(batch: pa.RecordBatch, unit_column: str, shards: int) -> Iter
 
 
 def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.RecordBatch:
-    """The batch with a uniform random 64-bit priority per row (OS randomness unless a test seeds it).
+    """The batch with a uniform random 32-bit priority per row (OS randomness unless a test seeds it).
 
     Seeded priorities depend on the batch's content, not on when it arrives, so tests see the
     same rows kept on every runner.
@@ -76,8 +76,7 @@ def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.Record
     else:
         fingerprint = int(unit_hash(batch.column(0)).sum(dtype=np.uint64)) ^ batch.num_rows
         source = random_source(np.random.default_rng([seed, fingerprint]))  # test-only: seeded
-    priorities = np.frombuffer(source.uint32(2 * batch.num_rows).tobytes(), dtype=np.uint64)
-    return batch.append_column(PRIORITY, pa.array(priorities))
+    return batch.append_column(PRIORITY, pa.array(source.uint32(batch.num_rows)))
 
 
 def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
@@ -89,11 +88,9 @@ def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     if table.num_rows == 0:
         return table
     codes = pc.dictionary_encode(table.column(unit_column).combine_chunks()).indices.to_numpy(zero_copy_only=False)
-    priority = table.column(PRIORITY).to_numpy()
-    if codes.max() < 1 << 24:  # one sort key: the unit in the top 24 bits, 40 bits of priority below
-        order = np.argsort((codes.astype(np.uint64) << np.uint64(40)) | (priority >> np.uint64(24)))
-    else:
-        order = np.lexsort((priority, codes))
+    # One sort key: the unit's code above its row's priority. (Equal priorities, 2^-32 a pair,
+    # fall back on the sort's order: a negligible tilt of which rows are kept, not of how many.)
+    order = np.argsort((codes.astype(np.uint64) << np.uint64(32)) | table.column(PRIORITY).to_numpy())
     unit = codes[order]
     first = np.ones(order.size, bool)
     first[1:] = unit[1:] != unit[:-1]

@@ -71,7 +71,11 @@ class PredicateCounts(beam.PTransform):
             counted = batches | "Count" >> beam.FlatMap(_sparse_by_shard, predicate, shard_size)
         # col: (shard, int64[n] or (indices, counts)) per batch and shard
         # Every shard exists even where no row lands: the candidate set is public.
-        zeros = batches.pipeline | "Zeros" >> beam.Create([(s, np.zeros(n, np.int64)) for s, n in enumerate(sizes)])
+        zeros = (
+            batches.pipeline
+            | "Shards" >> beam.Create(list(enumerate(sizes)))  # sizes only: the zeros are made on workers
+            | "Zeros" >> beam.MapTuple(lambda shard, size: (shard, np.zeros(size, np.int64)))
+        )
         return (
             (zeros, counted)
             | "Together" >> beam.Flatten()
