@@ -29,6 +29,7 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_mechanisms
+	$(PY) -m benchmarks.bench_select
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
