@@ -98,6 +98,33 @@ class CategoryCounts(_OneCandidatePerRow):
         return codes.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
+class HistogramCounts(_OneCandidatePerRow):
+    """How many values of ``column`` fall in each of ``bins`` equal bins over [lower, upper].
+
+    Values outside the interval are clamped into the end bins (so every row counts once);
+    NaN and infinities must be rejected before (validation sends them to the dead letter).
+    """
+
+    def __init__(self, column: str, lower: float, upper: float, bins: int):
+        lower, upper = float(lower), float(upper)
+        if not (np.isfinite(lower) and np.isfinite(upper) and lower < upper):
+            raise ValueError(f"lower must be < upper, both finite; got {lower} and {upper}")
+        if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1 << 24:
+            raise ValueError(f"bins must be an integer between 1 and 2^24, got {bins!r}")
+        self.columns = (column,)
+        self.column, self.lower, self.upper = column, lower, upper
+        self.num_candidates = bins
+        self.edges = np.linspace(lower, upper, bins + 1)
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        return [f"[{self.edges[i]:g}, {self.edges[i + 1]:g})" for i in indices]
+
+    def candidate_of(self, batch: pa.RecordBatch) -> np.ndarray:
+        values = batch.column(self.column).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        position = (values - self.lower) * (self.num_candidates / (self.upper - self.lower))
+        return np.clip(np.floor(position), 0, self.num_candidates - 1).astype(np.int64)
+
+
 class MarginalCounts(_OneCandidatePerRow):
     """The cells of a k-way marginal: one candidate per combination of integer codes.
 

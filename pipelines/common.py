@@ -8,9 +8,17 @@ import sys
 from collections.abc import Callable, Sequence
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_expmech import io
-from beam_expmech.transforms import ReadRecordBatches, ValidateBatches, WriteDeadLetter
+from beam_expmech.predicates import PredicateFamily
+from beam_expmech.transforms import (
+    BoundContributions,
+    PredicateCounts,
+    ReadRecordBatches,
+    ValidateBatches,
+    WriteDeadLetter,
+)
 
 USAGE_ERROR = 2
 
@@ -47,6 +55,45 @@ def read_valid_batches(
     checked = batches | "Validate" >> ValidateBatches(specs)
     _ = checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter_path(output), [s.name for s in specs])
     return checked.good
+
+
+def unit_specs(args: argparse.Namespace) -> list[io.ColumnSpec]:
+    """The privacy-unit column, if any: any type, never null."""
+    return [io.ColumnSpec(args.privacy_unit, "any")] if args.privacy_unit else []
+
+
+def check_input(args: argparse.Namespace, specs: Sequence[io.ColumnSpec]) -> list[str]:
+    """The input files, after checking that each has every needed column (before any budget)."""
+    files = io.match_files(args.input)
+    io.check_columns(files, args.format, [s.name for s in specs])
+    return files
+
+
+def run_counting_job(
+    args: argparse.Namespace,
+    beam_args: list[str],
+    files: Sequence[str],
+    specs: Sequence[io.ColumnSpec],
+    family: PredicateFamily,
+    release: beam.PTransform,
+) -> dict:
+    """Read, validate, bound, count ``family``, apply ``release`` and write its dict to --output.
+
+    ``release`` turns col: (candidate shard, counts) into one JSON-ready dict: the only thing
+    that leaves the pipeline. Returns that dict, read back from --output.
+    """
+    output = args.output
+    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+        batches = read_valid_batches(pipeline, files, args.format, specs, output)
+        if args.privacy_unit:
+            batches = batches | "Bound" >> BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
+        _ = (
+            batches
+            | "Count" >> PredicateCounts(family)  # col: (shard, counts)
+            | "Release" >> release  # col: dict, once
+            | "Write" >> beam.Map(lambda payload: io.write_json(output, payload))
+        )
+    return io.read_json(output)
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

@@ -17,13 +17,12 @@ import argparse
 import sys
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_expmech import io
 from beam_expmech.accounting import PrivacyBudget, Release
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import CategoryCounts
-from beam_expmech.transforms import BoundContributions, PredicateCounts, PrivateSelect
+from beam_expmech.transforms import PrivateSelect
 from pipelines import common
 
 BETA = 0.05
@@ -75,9 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         mechanism=args.mechanism,
         seed=args.seed,
     )
-    specs = [spec] + ([io.ColumnSpec(args.privacy_unit, "any")] if args.privacy_unit else [])
-    files = io.match_files(args.input)
-    io.check_columns(files, args.format, [s.name for s in specs])
+    specs = [spec, *common.unit_specs(args)]
+    files = common.check_input(args, specs)
 
     # Charged before any row is read; later issues keep this budget in a ledger across runs.
     budget = PrivacyBudget(epsilon=args.epsilon)
@@ -102,23 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": {"beta": BETA, "loss_per_pick": loss},
         "private_randomness": args.seed is None,
     }
+    release_selection = select | "Labels" >> beam.Map(lambda chosen: {"selected": family.labels(chosen), **public})
+    released = common.run_counting_job(args, beam_args, files, specs, family, release_selection)
 
-    output = args.output
-    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        batches = common.read_valid_batches(pipeline, files, args.format, specs, output)
-        if args.privacy_unit:
-            batches = batches | "Bound" >> BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
-        _ = (
-            batches
-            | "Count" >> PredicateCounts(family)  # col: (shard, counts)
-            | "Select" >> select  # col: [candidate index], once
-            | "Release" >> beam.Map(lambda chosen: io.write_json(output, {"selected": family.labels(chosen), **public}))
-        )
-
-    selected = io.read_json(output)["selected"]
     print(
-        f"selected {', '.join(selected)}: top-{args.top_k} of {family.num_candidates} candidates by {args.mechanism}, "
-        f"epsilon={args.epsilon:g}, sensitivity {sensitivity:g}; release {output}"
+        f"selected {', '.join(released['selected'])}: top-{args.top_k} of {family.num_candidates} candidates by "
+        f"{args.mechanism}, epsilon={args.epsilon:g}, sensitivity {sensitivity:g}; release {args.output}"
     )
     return 0
 

@@ -81,7 +81,7 @@ class LogWeights:
         top = w.max()
         conversion = 0.0
         if self.scores.dtype.kind in "iuO" and max(abs(top), abs(w.min())) > 2**53:
-            conversion = 4 * _U * max(abs(top), abs(w.min())) * scale  # ints rounded on conversion
+            conversion = 4 * _U * max(abs(top), abs(w.min())) * scale  # big ints were rounded
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             w -= top  # scale * (score - top) <= 0 cannot overflow upwards
             w *= scale
