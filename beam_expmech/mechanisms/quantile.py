@@ -1,19 +1,23 @@
 """Private quantiles from a histogram: the exponential mechanism with a base measure (Smith 2011).
 
 The data are summarised by counts h_0 .. h_{B-1} of a public grid of bins over [lower, upper]
-(values outside are clamped into the end bins). For the q-quantile, bin i scores
+(values outside are clamped into the end bins). A point inside bin i has between c_i and
+c_{i+1} = c_i + h_i values below it, so for the q-quantile bin i scores minus the distance from
+the target rank q * n to that range:
 
-    u_i = -| c_i - q * n |,    c_i = h_0 + ... + h_{i-1} (values below the bin), n = sum(h),
+    u_i = -max(0, c_i - q n, q n - c_{i+1}),    c_i = h_0 + ... + h_{i-1}, n = sum(h),
 
-and the mechanism picks bin i with probability proportional to width_i * exp(eps * u_i / (2 D)),
-then returns a uniform point inside it: overall, a density over [lower, upper] that is
-piecewise proportional to exp(eps * u / (2 D)), as in Smith's mechanism. A bin of width zero
-(log measure -inf) is never chosen; everything is computed in log space.
+(0 for the bins that contain the q-quantile). The mechanism picks bin i with probability
+proportional to width_i * exp(eps * u_i / (2 D)) and returns a uniform point inside it: a
+density over [lower, upper] piecewise proportional to exp(eps * u / (2 D)), Smith's (2011)
+mechanism on a grid. A bin of width zero (log measure -inf) is never chosen; everything is
+computed in log space.
 
-Sensitivity: adding or removing one privacy unit with at most K rows moves c_i by a in [0, K]
-and n by K, so c_i - q n moves by a - q K: |D u_i| <= K * max(q, 1 - q). The scores move in
-different directions (not monotone). Privacy: epsilon-DP (and epsilon**2/8-zCDP) per quantile;
-m quantiles with epsilon / m each compose to epsilon.
+Sensitivity: adding or removing one privacy unit with at most K rows moves each c_i by some a
+in [0, K] and n by K, so c_i - q n and q n - c_{i+1} each move by at most K * max(q, 1 - q),
+and so does their maximum with 0. The scores move in different directions (not monotone).
+Privacy: epsilon-DP (and epsilon**2/8-zCDP) per quantile; m quantiles with epsilon / m each
+compose to epsilon.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def quantile_scores(histogram: object, q: float, *, max_rows: int = 1) -> tuple[
     """(scores, sensitivity): the utility of every bin for the q-quantile, in exact integers.
 
     With q = a / b exactly (b a power of two, as for every float), the scores are
-    b * u_i = -| b c_i - a n | (Python ints, no rounding) and their sensitivity is
+    b * u_i = -max(0, b c_i - a n, a n - b c_{i+1}) (Python ints, no rounding) and their sensitivity is
     max_rows * max(a, b - a), returned as the nearest float at or above it (never below:
     a sensitivity rounded down would understate the privacy loss).
     """
@@ -40,8 +44,9 @@ def quantile_scores(histogram: object, q: float, *, max_rows: int = 1) -> tuple[
         raise ValueError("histogram must be a non-empty 1-d array of integer counts >= 0")
     a, b = Fraction(parameters.probability(q, "q")).as_integer_ratio()
     max_rows = parameters.count(max_rows, "max_rows")
-    below = np.concatenate([[0], np.cumsum(histogram, dtype=np.int64)[:-1]]).astype(object)
-    scores = -np.abs(below * b - a * int(histogram.sum()))
+    ranks = np.concatenate([[0], np.cumsum(histogram, dtype=np.int64)]).astype(object)  # c_0 .. c_B
+    target = a * int(ranks[-1])
+    scores = -np.maximum(np.maximum(ranks[:-1] * b - target, target - ranks[1:] * b), 0)
     return scores, _float_at_least(max_rows * max(a, b - a))
 
 
