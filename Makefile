@@ -30,6 +30,7 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_mechanisms
 	$(PY) -m benchmarks.bench_select
+	$(PY) -m benchmarks.bench_quantiles
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

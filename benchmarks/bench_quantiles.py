@@ -1,0 +1,82 @@
+"""Private median: pipeline time against numpy's np.quantile, and error against epsilon.
+
+    python -m benchmarks.bench_quantiles [--rows 10000000] [--error-rows 1000000] [--workdir DIR]
+
+1. Time: pipelines.quantiles (median, 2^16 bins) on a Parquet file of `rows` log-normal values,
+   as its own process, against one process that reads the column with pyarrow and calls
+   np.quantile (not private). Whole-process wall time and peak RSS, and the ratio.
+2. Error: on `error-rows` values, 20 private medians at each epsilon (0.1, 1, 10), from the same
+   histogram the pipeline builds; error as a share of the public range [lower, upper].
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from beam_expmech.mechanisms.quantile import private_quantile
+from beam_expmech.predicates import HistogramCounts
+from benchmarks.bench_select import timed
+
+LOWER, UPPER, BINS, RUNS = 0.0, 1000.0, 1 << 16, 20
+
+
+def values(rows: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).lognormal(mean=4.0, sigma=0.8, size=rows)
+
+
+def numpy_median(path: str) -> None:
+    column = pq.read_table(path, columns=["x"]).column("x").to_numpy()
+    print(np.quantile(column, 0.5))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--error-rows", type=int, default=1_000_000)
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
+    parser.add_argument("--numpy-median", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.numpy_median:
+        return numpy_median(args.numpy_median)
+
+    os.makedirs(args.workdir, exist_ok=True)
+    path = os.path.join(args.workdir, f"lognormal_{args.rows}.parquet")
+    if not os.path.exists(path):
+        pq.write_table(pa.table({"x": values(args.rows)}), path, row_group_size=1 << 20)
+    python = sys.executable
+    numpy_seconds, numpy_rss = timed([python, "-m", "benchmarks.bench_quantiles", "--numpy-median", path])
+    pipeline = [python, "-m", "pipelines.quantiles", "--input", path, "--column", "x", "--lower", str(LOWER),
+                "--upper", str(UPPER), "--quantiles", "0.5", "--epsilon", "1", "--bins", str(BINS),
+                "--output", os.path.join(args.workdir, "median.json")]  # fmt: skip
+    seconds, rss = timed(pipeline)
+    print(f"{'rows':>12} {'job':<36} {'seconds':>8} {'peak RSS MB':>12} {'vs numpy':>9}")
+    for name, wall, peak in [
+        ("numpy np.quantile, not private", numpy_seconds, numpy_rss),
+        ("pipelines.quantiles, median", seconds, rss),
+    ]:
+        print(f"{args.rows:>12,} {name:<36} {wall:>8.2f} {peak:>12.0f} {wall / numpy_seconds:>8.1f}x")
+
+    data = values(args.error_rows, seed=1)
+    family = HistogramCounts("x", LOWER, UPPER, BINS)
+    histogram = np.bincount(family.candidate_of(pa.record_batch({"x": data})), minlength=BINS)
+    truth = np.quantile(data, 0.5)
+    rng = np.random.default_rng(2)  # seeded for a repeatable table: these draws are not private
+    print(f"\nerror of the private median on {args.error_rows:,} rows, {RUNS} runs each (share of the range)")
+    print(f"{'epsilon':>8} {'median error':>13} {'max error':>10} {'runs within 1%':>15}")
+    for epsilon in (0.1, 1.0, 10.0):
+        errors = np.array(
+            [abs(private_quantile(histogram, family.edges, 0.5, epsilon=epsilon, rng=rng) - truth) for _ in range(RUNS)]
+        ) / (UPPER - LOWER)
+        within = int((errors <= 0.01).sum())
+        print(f"{epsilon:>8g} {np.median(errors):>12.5%} {errors.max():>9.5%} {within:>12}/{RUNS}")
+
+
+if __name__ == "__main__":
+    main()
