@@ -1,0 +1,134 @@
+"""The private halfspace learner: the best weights pi with pi . x >= y over bit records, on Beam.
+
+    python -m pipelines.learn --input PATH --features a,b,c --label y --weights -1,0,1
+        [--max-candidates N | --candidates FILE] --epsilon E [--privacy-unit COL --max-rows-per-unit K]
+        --output OUT.json [Beam options]
+
+Candidates are public: every vector of the given weight values (or the vectors in FILE, one
+comma-separated line each). The data pass counts the bit patterns of (features, label), which
+must be 0 or 1 (other values go to the dead letter); the final step scores every candidate by
+the number of records it fits (a count: monotone, sensitivity K) and picks one with the
+exponential mechanism. Only the chosen weights and public parameters are released; the
+training accuracy is not (it would be a non-private release).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import apache_beam as beam
+import numpy as np
+
+from beam_expmech import halfspaces, io
+from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.mechanisms import accuracy_bound, exponential_mechanism
+from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.predicates import MarginalCounts
+from pipelines import common
+
+BETA = 0.05
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.learn", description=__doc__.splitlines()[0])
+    common.add_input_flags(parser)
+    parser.add_argument("--features", required=True, help="comma-separated bit columns x_1 .. x_d")
+    parser.add_argument("--label", required=True, help="the bit column y")
+    parser.add_argument("--weights", default="-1,0,1", help="weight values of the grid (default -1,0,1)")
+    candidates = parser.add_mutually_exclusive_group()
+    candidates.add_argument("--max-candidates", type=int, default=halfspaces.DEFAULT_MAX_CANDIDATES)
+    candidates.add_argument("--candidates", help="a file of weight vectors, one comma-separated line each")
+    common.add_privacy_flags(parser)
+    parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
+    argv, bound = list(sys.argv[1:] if argv is None else argv), []
+    while argv:  # "--weights -1,0,1" reads to argparse like an option: bind the value explicitly
+        token = argv.pop(0)
+        bound.append(f"--weights={argv.pop(0)}" if token == "--weights" and argv else token)
+    return parser.parse_known_args(bound)
+
+
+def candidate_matrix(args: argparse.Namespace, num_features: int) -> np.ndarray:
+    if args.candidates is None:
+        try:
+            weights = [float(w) for w in args.weights.split(",") if w.strip()]
+        except ValueError:
+            raise ValueError(f"--weights must be numbers separated by commas, got {args.weights!r}") from None
+        return halfspaces.weight_grid(weights, num_features, max_candidates=args.max_candidates)
+    try:
+        rows = [
+            [float(w) for w in line.split(",")] for line in io.read_text(args.candidates).splitlines() if line.strip()
+        ]
+    except ValueError:
+        raise ValueError(f"{args.candidates}: every line must be comma-separated numbers") from None
+    if any(len(row) != num_features for row in rows):
+        raise ValueError(f"{args.candidates}: every line must hold {num_features} weights")
+    return halfspaces.check_candidates(np.array(rows), num_features, max_candidates=halfspaces.DEFAULT_MAX_CANDIDATES)
+
+
+class ReleaseHalfspace(beam.PTransform):
+    """col: (shard, pattern counts) -> col: the release dict. The only step that sees the counts."""
+
+    def __init__(self, candidates: np.ndarray, epsilon: float, sensitivity: int, public: dict, seed):
+        super().__init__()
+        self.candidates, self.epsilon, self.sensitivity, self.public, self.seed = (
+            candidates, epsilon, sensitivity, public, seed
+        )  # fmt: skip
+
+    def _release(self, shards: list) -> dict:
+        patterns = np.concatenate([counts for _, counts in sorted(shards, key=lambda kv: kv[0])])
+        scores = halfspaces.fit_counts(patterns, self.candidates)
+        chosen = exponential_mechanism(
+            scores, epsilon=self.epsilon, sensitivity=self.sensitivity, monotonic=True, rng=random_source(self.seed)
+        )
+        return {"weights": self.candidates[chosen].tolist(), **self.public}
+
+    def expand(self, counts):
+        return counts | "Gather" >> beam.combiners.ToList() | "Choose" >> beam.Map(self._release)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, beam_args = parse_args(argv)
+    common.check_unit_flags(args)
+    features = [f.strip() for f in args.features.split(",") if f.strip()]
+    if not features or len(set(features)) != len(features) or args.label in features:
+        raise ValueError("--features must name distinct columns, none of them the --label")
+    if len(features) > halfspaces.MAX_FEATURES:
+        raise ValueError(f"at most {halfspaces.MAX_FEATURES} features, got {len(features)}")
+    candidates = candidate_matrix(args, len(features))
+    sensitivity = args.max_rows_per_unit or 1
+    release = ReleaseHalfspace(candidates, args.epsilon, sensitivity, {}, args.seed)  # validates nothing yet
+    columns = [*features, args.label]
+    family = MarginalCounts(columns, [2] * len(columns))
+    specs = [io.ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + common.unit_specs(args)
+    loss = accuracy_bound(
+        epsilon=args.epsilon, sensitivity=sensitivity, beta=BETA, num_candidates=len(candidates), monotonic=True
+    )
+    files = common.check_input(args, specs)
+
+    budget = PrivacyBudget(epsilon=args.epsilon)
+    budget.charge(Release.exponential_mechanism(args.epsilon, f"halfspace over {len(features)} features"))
+    release.public = {
+        "features": features,
+        "label": args.label,
+        "rule": "sum(weights[j] * features[j]) >= label",
+        "mechanism": "exponential",
+        "epsilon": args.epsilon,
+        "sensitivity": sensitivity,
+        "monotonic": True,
+        "num_candidates": len(candidates),
+        "privacy_unit": args.privacy_unit,
+        "max_rows_per_unit": args.max_rows_per_unit,
+        "accuracy": {"beta": BETA, "records_fit_below_best": loss},
+        "private_randomness": args.seed is None,
+    }
+    released = common.run_counting_job(args, beam_args, files, specs, family, release)
+    print(
+        f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "
+        f"candidates by the exponential mechanism, epsilon={args.epsilon:g}; release {args.output}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_cli(main))
