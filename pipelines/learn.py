@@ -25,6 +25,7 @@ from beam_expmech.accounting import PrivacyBudget, Release
 from beam_expmech.mechanisms import accuracy_bound, exponential_mechanism
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalCounts
+from beam_expmech.transforms import GatherCounts
 from pipelines import common
 
 BETA = 0.05
@@ -66,25 +67,15 @@ def candidate_matrix(args: argparse.Namespace, num_features: int) -> np.ndarray:
     return halfspaces.check_candidates(np.array(rows), num_features, max_candidates=halfspaces.DEFAULT_MAX_CANDIDATES)
 
 
-class ReleaseHalfspace(beam.PTransform):
-    """col: (shard, pattern counts) -> col: the release dict. The only step that sees the counts."""
-
-    def __init__(self, candidates: np.ndarray, epsilon: float, sensitivity: int, public: dict, seed):
-        super().__init__()
-        self.candidates, self.epsilon, self.sensitivity, self.public, self.seed = (
-            candidates, epsilon, sensitivity, public, seed
-        )  # fmt: skip
-
-    def _release(self, shards: list) -> dict:
-        patterns = np.concatenate([counts for _, counts in sorted(shards, key=lambda kv: kv[0])])
-        scores = halfspaces.fit_counts(patterns, self.candidates)
-        chosen = exponential_mechanism(
-            scores, epsilon=self.epsilon, sensitivity=self.sensitivity, monotonic=True, rng=random_source(self.seed)
-        )
-        return {"weights": self.candidates[chosen].tolist(), **self.public}
-
-    def expand(self, counts):
-        return counts | "Gather" >> beam.combiners.ToList() | "Choose" >> beam.Map(self._release)
+def release_halfspace(
+    patterns: np.ndarray, *, candidates: np.ndarray, epsilon: float, sensitivity: int, public: dict, seed
+) -> dict:
+    """The only step that sees the pattern counts: score every candidate, pick one privately."""
+    scores = halfspaces.fit_counts(patterns, candidates)
+    chosen = exponential_mechanism(
+        scores, epsilon=epsilon, sensitivity=sensitivity, monotonic=True, rng=random_source(seed)
+    )
+    return {"weights": candidates[chosen].tolist(), **public}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"at most {halfspaces.MAX_FEATURES} features, got {len(features)}")
     candidates = candidate_matrix(args, len(features))
     sensitivity = args.max_rows_per_unit or 1
-    release = ReleaseHalfspace(candidates, args.epsilon, sensitivity, {}, args.seed)  # validates nothing yet
     columns = [*features, args.label]
     family = MarginalCounts(columns, [2] * len(columns))
     specs = [io.ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + common.unit_specs(args)
@@ -108,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     budget = PrivacyBudget(epsilon=args.epsilon)
     budget.charge(Release.exponential_mechanism(args.epsilon, f"halfspace over {len(features)} features"))
-    release.public = {
+    public = {
         "features": features,
         "label": args.label,
         "rule": "sum(weights[j] * features[j]) >= label",
@@ -122,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": {"beta": BETA, "records_fit_below_best": loss},
         "private_randomness": args.seed is None,
     }
+    release = GatherCounts() | "Halfspace" >> beam.Map(
+        release_halfspace,
+        candidates=candidates,
+        epsilon=args.epsilon,
+        sensitivity=sensitivity,
+        public=public,
+        seed=args.seed,
+    )
     released = common.run_counting_job(args, beam_args, files, specs, family, release)
     print(
         f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "

@@ -25,6 +25,7 @@ from beam_expmech.accounting import PrivacyBudget, Release
 from beam_expmech.mechanisms.quantile import private_quantile, rank_error_bound
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import HistogramCounts
+from beam_expmech.transforms import GatherCounts
 from pipelines import common
 
 BETA = 0.05
@@ -57,30 +58,25 @@ def parse_quantiles(text: str) -> list[float]:
     return values
 
 
-class ReleaseQuantiles(beam.PTransform):
-    """col: (shard, bin counts) -> col: the release dict. The only step that sees the histogram."""
-
-    def __init__(
-        self, family: HistogramCounts, quantiles: list[float], epsilon: float, max_rows: int, public: dict, seed
-    ):
-        super().__init__()
-        self.family, self.quantiles, self.epsilon, self.max_rows = family, quantiles, epsilon, max_rows
-        self.public, self.seed = public, seed
-
-    def _release(self, shards: list) -> dict:
-        histogram = np.concatenate([counts for _, counts in sorted(shards, key=lambda kv: kv[0])])
-        source = random_source(self.seed)
-        each = self.epsilon / len(self.quantiles)
-        values = [
-            private_quantile(histogram, self.family.edges, q, epsilon=each, max_rows=self.max_rows, rng=source)
-            for q in self.quantiles
-        ]
-        # Sorting is post-processing: quantiles come out in order whatever the noise did.
-        ordered = sorted(self.quantiles)
-        return {"quantiles": {f"{q:g}": v for q, v in zip(ordered, sorted(values), strict=True)}, **self.public}
-
-    def expand(self, counts):
-        return counts | "Gather" >> beam.combiners.ToList() | "Choose" >> beam.Map(self._release)
+def release_quantiles(
+    histogram: np.ndarray,
+    *,
+    family: HistogramCounts,
+    quantiles: list,
+    epsilon: float,
+    max_rows: int,
+    public: dict,
+    seed,
+) -> dict:
+    """The only step that sees the histogram: m private quantiles with epsilon / m each, sorted."""
+    source = random_source(seed)
+    each = epsilon / len(quantiles)
+    values = [
+        private_quantile(histogram, family.edges, q, epsilon=each, max_rows=max_rows, rng=source) for q in quantiles
+    ]
+    # Sorting is post-processing: quantiles come out in order whatever the noise did.
+    ordered = sorted(quantiles)
+    return {"quantiles": {f"{q:g}": v for q, v in zip(ordered, sorted(values), strict=True)}, **public}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +113,15 @@ def main(argv: list[str] | None = None) -> int:
         },
         "private_randomness": args.seed is None,
     }
-    release = ReleaseQuantiles(family, quantiles, epsilon, max_rows, public, args.seed)
+    release = GatherCounts() | "Quantiles" >> beam.Map(
+        release_quantiles,
+        family=family,
+        quantiles=quantiles,
+        epsilon=epsilon,
+        max_rows=max_rows,
+        public=public,
+        seed=args.seed,
+    )
     released = common.run_counting_job(args, beam_args, files, specs, family, release)
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())
     print(f"{values}: {len(quantiles)} quantiles of {args.column}, epsilon={epsilon:g}; release {args.output}")

@@ -1,12 +1,13 @@
 """Beam transforms: read and validate batches, bound contributions, count predicates, select privately."""
 
 from beam_expmech.transforms.bounding import BoundContributions
-from beam_expmech.transforms.counts import PredicateCounts
+from beam_expmech.transforms.counts import GatherCounts, PredicateCounts
 from beam_expmech.transforms.read import ReadRecordBatches, ValidateBatches, WriteDeadLetter
 from beam_expmech.transforms.select import PrivateSelect
 
 __all__ = [
     "BoundContributions",
+    "GatherCounts",
     "PredicateCounts",
     "PrivateSelect",
     "ReadRecordBatches",

@@ -89,3 +89,17 @@ def _sparse_by_shard(batch: pa.RecordBatch, predicate: PredicateFamily, shard_si
     for s in np.unique(shard):
         mine = shard == s
         yield int(s), (indices[mine] - s * shard_size, counts[mine])
+
+
+class GatherCounts(beam.PTransform):
+    """col: (candidate shard, counts) -> col: one int64 vector with every candidate's count.
+
+    For final steps whose candidates fit on one worker (a histogram, a pattern marginal).
+    """
+
+    def expand(self, counts):
+        return (
+            counts
+            | "Gather" >> beam.combiners.ToList()  # col: [(shard, counts)], once
+            | "InOrder" >> beam.Map(lambda shards: np.concatenate([c for _, c in sorted(shards, key=lambda kv: kv[0])]))
+        )
