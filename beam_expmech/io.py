@@ -163,14 +163,15 @@ def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.Rec
     A row is bad if a needed column is null, of the wrong type, NaN or infinite, or outside its
     declared domain. The first reason found is the one recorded.
     """
-    reasons = np.full(batch.num_rows, None, dtype=object)
-    clean = []
+    reason = np.full(batch.num_rows, -1, dtype=np.int32)  # index into texts, -1 for a good row
+    texts, clean = [], []
     for spec in specs:
         values, problems = _convert(batch.column(spec.name), spec)
         for problem, mask in problems:
-            reasons[mask & (reasons == None)] = f"{spec.name}: {problem}"  # noqa: E711 (elementwise)
+            reason[mask & (reason < 0)] = len(texts)
+            texts.append(f"{spec.name}: {problem}")
         clean.append(values)
-    bad = reasons != None  # noqa: E711
+    bad = reason >= 0
     names = [s.name for s in specs]
     if not bad.any():
         return pa.RecordBatch.from_arrays(clean, names=names), None
@@ -178,7 +179,7 @@ def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.Rec
     good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)
     bad_rows = pa.array(bad)
     rejected = {s.name: _as_text(batch.column(s.name).filter(bad_rows)) for s in specs}
-    rejected[REASON] = pa.array(reasons[bad].tolist(), pa.string())
+    rejected[REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
     return good, pa.table(rejected)
 
 
@@ -222,8 +223,8 @@ def _parse(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]
     try:
         return pc.cast(column, target), np.zeros(len(column), bool)
     except pa.ArrowInvalid:
-        texts = column.to_pylist()  # only batches holding a 20-digit integer get here
-        values = [int(t) for t in texts]
+        # Only batches holding an integer of 20 digits or more get here, row by row.
+        values = [int(t) for t in column.to_pylist()]
         overflow = np.array([not -(2**63) <= v < 2**63 for v in values])
         return pa.array([0 if o else v for v, o in zip(values, overflow, strict=True)], target), overflow
 
