@@ -126,6 +126,21 @@ def test_pipeline_releases_sorted_quantiles(tmp_path):
     assert len(dead) == 1 + 3 and all("NaN or infinite" in line for line in dead[1:])
 
 
+def test_pipeline_joint_method(tmp_path):
+    values = np.random.default_rng(35).lognormal(3, 0.5, 50_000)
+    pq.write_table(pa.table({"x": values}), tmp_path / "d.parquet")
+    qs = [i / 10 for i in range(1, 10)]
+    out = tmp_path / "q.json"
+    assert quantiles.main(["--input", str(tmp_path / "d.parquet"), "--column", "x", "--lower", "0", "--upper", "200",
+                           "--quantiles", ",".join(map(str, qs)), "--epsilon", "1", "--method", "joint",
+                           "--output", str(out)]) == 0  # fmt: skip
+    release = json.loads(out.read_text())
+    assert release["method"] == "joint" and release["epsilon_per_quantile"] is None
+    got = list(release["quantiles"].values())
+    assert got == sorted(got)
+    np.testing.assert_allclose(got, np.quantile(values, qs), atol=1.0)  # joint bins are 200/1024 wide
+
+
 @pytest.mark.parametrize(
     "change,message",
     [
