@@ -1,0 +1,1 @@
+"""Private synthetic data: generators that touch the data only through mechanisms. No Beam."""

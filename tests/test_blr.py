@@ -1,0 +1,102 @@
+"""BLR: the pmf from its definition, epsilon-DP over neighbouring data, the sampler, and NLTCS."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_follows
+
+from beam_expmech.synth.blr import blr_probabilities, blr_synthesize, candidate_count, histogram_to_rows
+
+NLTCS = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltcs" / "nltcs.csv"
+
+
+def definition_pmf(data_rows, domain, m, epsilon, max_rows=1):
+    """Independent of the library: every multiset of m rows, error max over conjunctions of <= 2 literals."""
+    n = len(data_rows)
+    cells = list(itertools.product(*[range(s) for s in domain]))
+    queries = [
+        (subset, values)
+        for k in (1, 2)
+        for subset in itertools.combinations(range(len(domain)), k)
+        for values in itertools.product(*[range(domain[i]) for i in subset])
+    ]
+
+    def fraction(rows, query, size):
+        subset, values = query
+        return Fraction(sum(all(r[i] == v for i, v in zip(subset, values, strict=True)) for r in rows), size)
+
+    weights = {}
+    for multiset in itertools.combinations_with_replacement(range(len(cells)), m):
+        synthetic = [cells[c] for c in multiset]
+        error = max(abs(fraction(data_rows, q, n) - fraction(synthetic, q, m)) for q in queries)
+        # u in count units scaled to n rows: -n * error, sensitivity max_rows
+        weights[multiset] = math.exp(-epsilon * float(n * error) / (2 * max_rows))
+    total = sum(weights.values())
+    return {k: w / total for k, w in weights.items()}
+
+
+def histogram_key(histogram):
+    return tuple(c for c, count in enumerate(histogram) for _ in range(count))
+
+
+def test_pmf_matches_the_definition():
+    data_rows = [(0, 1), (1, 1), (1, 1), (0, 0), (1, 0)]
+    data = np.bincount([2 * a + b for a, b in data_rows], minlength=4)
+    candidates, p = blr_probabilities(data, [2, 2], rows=3, epsilon=1.5, max_rows=1)
+    want = definition_pmf(data_rows, [2, 2], 3, 1.5)
+    assert len(candidates) == candidate_count(4, 3) == len(want)
+    for histogram, prob in zip(candidates, p, strict=True):
+        assert prob == pytest.approx(want[histogram_key(histogram)], rel=1e-9)
+
+
+@pytest.mark.parametrize("max_rows", [1, 2])
+def test_epsilon_dp_over_neighbouring_data(max_rows):
+    epsilon, worst = 1.0, 0.0
+    for data in itertools.product(range(3), repeat=4):
+        _, p = blr_probabilities(np.array(data), [2, 2], rows=2, epsilon=epsilon, max_rows=max_rows)
+        for moved in itertools.product(range(-max_rows, max_rows + 1), repeat=4):
+            other = np.array(data) + np.array(moved)
+            same_sign = all(m >= 0 for m in moved) or all(m <= 0 for m in moved)
+            if not same_sign or sum(map(abs, moved)) > max_rows or (other < 0).any():
+                continue
+            _, q = blr_probabilities(other, [2, 2], rows=2, epsilon=epsilon, max_rows=max_rows)
+            worst = max(worst, np.abs(np.log(p) - np.log(q)).max())
+    assert worst <= epsilon * (1 + 1e-9)
+    assert worst > 0.3 * epsilon
+
+
+def test_sampler_follows_the_pmf():
+    data = np.array([4, 1, 0, 3])
+    candidates, p = blr_probabilities(data, [2, 2], rows=3, epsilon=2.0)
+    rng = np.random.default_rng(61)
+    draws = [histogram_key(blr_synthesize(data, [2, 2], rows=3, epsilon=2.0, rng=rng)) for _ in range(6000)]
+    assert_follows(draws, {histogram_key(h): prob for h, prob in zip(candidates, p, strict=True)})
+
+
+def test_on_nltcs_columns():
+    with open(NLTCS) as handle:
+        next(handle)
+        rows = np.array([[int(v) for v in line.split(",")[:3]] for line in handle])
+    data = np.bincount(np.ravel_multi_index(rows.T, (2, 2, 2)), minlength=8)
+    candidates, p = blr_probabilities(data, [2, 2, 2], rows=6, epsilon=1e4)
+    best = candidates[np.argmax(p)]
+    synthetic = blr_synthesize(data, [2, 2, 2], rows=6, epsilon=1e4, rng=62)
+    np.testing.assert_array_equal(synthetic, best)  # a large epsilon finds the best 6-row dataset
+    assert histogram_to_rows(synthetic, [2, 2, 2]).shape == (6, 3)
+    small = blr_synthesize(data, [2, 2, 2], rows=6, epsilon=0.1, rng=63)
+    assert small.sum() == 6 and (small >= 0).all()
+
+
+def test_refuses_a_space_too_large():
+    with pytest.raises(ValueError, match=r"3,268,760 candidate datasets, over the limit of 1,000,000"):
+        blr_synthesize(np.ones(16, int), [2, 2, 2, 2], rows=10, epsilon=1)
+    with pytest.raises(ValueError, match="epsilon"):
+        blr_synthesize(np.ones(4, int), [2, 2], rows=2, epsilon=0)
+    with pytest.raises(ValueError, match="histogram of 4 counts"):
+        blr_synthesize(np.ones(5, int), [2, 2], rows=2, epsilon=1)
