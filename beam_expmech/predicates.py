@@ -178,3 +178,42 @@ class ExpressionCounts(PredicateFamily):
 
     def count(self, batch: pa.RecordBatch) -> np.ndarray:
         return np.array([batch.filter(e).num_rows for e in self.expressions], dtype=np.int64)
+
+
+class MarginalWorkload(PredicateFamily):
+    """Every k-way marginal of a set of columns at once: the candidates are all their cells, end to end.
+
+    One pass over the data counts them all; ``split`` cuts the summed vector back into one
+    array per marginal (shaped by its domains). A row adds 1 to one cell of each marginal, so
+    to any single count at most 1 (contribution 1; over the whole workload it touches
+    ``len(marginals)`` counts, which is what an L1 or L2 measurement must account for).
+    """
+
+    def __init__(self, marginals: Sequence[Sequence[str]], domain: dict[str, int]):
+        if not marginals:
+            raise ValueError("the workload has no marginal")
+        self.marginals = [tuple(m) for m in marginals]
+        unknown = sorted({c for m in self.marginals for c in m} - set(domain))
+        if unknown:
+            raise ValueError(f"no domain given for column {unknown[0]!r}")
+        self.parts = [MarginalCounts(m, [domain[c] for c in m]) for m in self.marginals]
+        self.offsets = np.cumsum([0] + [p.num_candidates for p in self.parts])
+        self.columns = tuple(dict.fromkeys(c for m in self.marginals for c in m))
+        self.num_candidates = int(self.offsets[-1])
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        labels = []
+        for i in indices:
+            part = int(np.searchsorted(self.offsets, i, side="right")) - 1
+            labels.extend(self.parts[part].labels([i - self.offsets[part]]))
+        return labels
+
+    def count(self, batch: pa.RecordBatch) -> np.ndarray:
+        return np.concatenate([part.count(batch) for part in self.parts])
+
+    def split(self, counts: np.ndarray) -> dict[tuple[str, ...], np.ndarray]:
+        """The summed vector as {marginal: counts shaped by the marginal's domains}."""
+        return {
+            m: counts[self.offsets[i] : self.offsets[i + 1]].reshape(part.domains)
+            for i, (m, part) in enumerate(zip(self.marginals, self.parts, strict=True))
+        }

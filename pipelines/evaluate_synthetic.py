@@ -1,0 +1,74 @@
+"""Workload error of a synthetic table against the real one. NOT a release: it reads the real data.
+
+    python -m pipelines.evaluate_synthetic REAL DOMAIN.json SYNTH [--degree 3] [--columns a,b,c]
+
+For every k-way marginal of the columns (default: all of the domain's columns), both tables'
+counts are normalised to probabilities and compared in L1 (0 .. 2); prints the average and the
+largest over the workload, the metric of the AIM paper and of ../shared/tools/eval_workload.py.
+Use it to judge a generator on data you may look at, never to publish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+
+import numpy as np
+
+from beam_expmech import io
+from beam_expmech.predicates import MarginalWorkload
+from pipelines import common
+
+
+def workload_counts(path: str, workload: MarginalWorkload, domain: dict[str, int]) -> np.ndarray:
+    """Summed workload counts of one table; a value outside its column's domain is an error."""
+    files = io.match_files(path)
+    io.check_columns(files, None, list(workload.columns))
+    specs = [io.ColumnSpec(c, "int", domain=(0, domain[c])) for c in workload.columns]
+    total = np.zeros(workload.num_candidates, dtype=np.int64)
+    for file in files:
+        for split in io.splits(file, io.file_format(file)):
+            for batch in io.read_split(split, workload.columns):
+                good, bad = io.validate(batch, specs)
+                if bad is not None:
+                    raise ValueError(f"{file}: {bad.column(io.REASON)[0].as_py()} (and {bad.num_rows - 1} more rows)")
+                total += workload.count(good)
+    return total
+
+
+def workload_errors(real: dict, synthetic: dict) -> dict:
+    """L1 distance between the normalised marginals, per marginal."""
+    errors = {}
+    for marginal, counts in real.items():
+        p, q = counts.ravel(), synthetic[marginal].ravel()
+        errors[marginal] = float(np.abs(p / max(p.sum(), 1) - q / max(q.sum(), 1)).sum())
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.evaluate_synthetic", description=__doc__.splitlines()[0])
+    parser.add_argument("real")
+    parser.add_argument("domain")
+    parser.add_argument("synthetic")
+    parser.add_argument("--degree", type=int, default=3)
+    parser.add_argument("--columns", help="comma-separated (default: every column of the domain)")
+    args = parser.parse_args(argv)
+    domain = {column: int(size) for column, size in json.loads(io.read_text(args.domain)).items()}
+    columns = args.columns.split(",") if args.columns else list(domain)
+    if not 1 <= args.degree <= len(columns):
+        raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")
+    workload = MarginalWorkload(list(itertools.combinations(columns, args.degree)), domain)
+    real = workload.split(workload_counts(args.real, workload, domain))
+    synthetic = workload.split(workload_counts(args.synthetic, workload, domain))
+    errors = list(workload_errors(real, synthetic).values())
+    print(
+        f"{len(errors)} {args.degree}-way marginals: average L1 error {np.mean(errors):.4f}, max {np.max(errors):.4f} "
+        "(evaluation against the real data: not a release)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_cli(main))
