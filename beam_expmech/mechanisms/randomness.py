@@ -43,6 +43,14 @@ class RandomSource:
         nbytes = (k + 7) // 8
         return int.from_bytes(self._bytes(nbytes), "little") >> (8 * nbytes - k)
 
+    def below(self, n: int) -> int:
+        """A uniform integer in [0, n), exactly (rejection of the bit patterns beyond n)."""
+        k = max(1, (n - 1).bit_length())
+        while True:
+            value = self.bits(k)
+            if value < n:
+                return value
+
 
 RandomLike = None | int | np.random.Generator | RandomSource
 
