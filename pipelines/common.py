@@ -76,13 +76,20 @@ def run_counting_job(
     specs: Sequence[io.ColumnSpec],
     family: PredicateFamily,
     release: beam.PTransform,
-) -> dict:
-    """Read, validate, bound, count ``family``, apply ``release`` and write its dict to --output.
+    write: Callable[[object], None] | None = None,
+) -> dict | None:
+    """Read, validate, bound, count ``family``, apply ``release`` and write what it makes.
 
-    ``release`` turns col: (candidate shard, counts) into one JSON-ready dict: the only thing
-    that leaves the pipeline. Returns that dict, read back from --output.
+    ``release`` turns col: (candidate shard, counts) into one element: the only thing that
+    leaves the pipeline. By default that is a JSON-ready dict, written to --output and
+    returned as read back; ``write`` replaces that (and nothing is returned).
     """
-    output = args.output
+    output, as_json = args.output, write is None
+    if as_json:
+
+        def write(payload):
+            io.write_json(output, payload)
+
     with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
         batches = read_valid_batches(pipeline, files, args.format, specs, output)
         if args.privacy_unit:
@@ -91,9 +98,9 @@ def run_counting_job(
             batches
             | "Count" >> PredicateCounts(family)  # col: (shard, counts)
             | "Release" >> release  # col: dict, once
-            | "Write" >> beam.Map(lambda payload: io.write_json(output, payload))
+            | "Write" >> beam.Map(write)
         )
-    return io.read_json(output)
+    return io.read_json(output) if as_json else None
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

@@ -48,14 +48,20 @@ def candidate_count(cells: int, rows: int) -> int:
     return math.comb(rows + cells - 1, rows)
 
 
-def all_histograms(cells: int, rows: int, *, max_candidates: int) -> np.ndarray:
-    """Every histogram of ``rows`` rows over ``cells`` cells: shape (count, cells), int64."""
+def check_size(cells: int, rows: int, *, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> int:
+    """The candidate count, or a ValueError naming it when it exceeds ``max_candidates``."""
     count = candidate_count(cells, rows)
     if count > max_candidates:
         raise ValueError(
             f"BLR over {cells} cells with {rows} rows has {count:,} candidate datasets, over the limit of "
             f"{max_candidates:,}: use fewer rows or columns, or another method"
         )
+    return count
+
+
+def all_histograms(cells: int, rows: int, *, max_candidates: int) -> np.ndarray:
+    """Every histogram of ``rows`` rows over ``cells`` cells: shape (count, cells), int64."""
+    count = check_size(cells, rows, max_candidates=max_candidates)
     histograms = np.zeros((count, cells), dtype=np.int64)
     for i, combo in enumerate(itertools.combinations_with_replacement(range(cells), rows)):
         np.add.at(histograms[i], list(combo), 1)

@@ -1,0 +1,147 @@
+"""Private synthetic data: one Beam pass counts the workload's marginals, a generator makes the rows.
+
+    python -m pipelines.synthesize --input PATH --domain DOMAIN.json --epsilon E [--method mwem|blr]
+        [--workload-degree 3] [--columns a,b,c] [--rows N] [--rounds 20]
+        [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
+
+DOMAIN.json is {"column": number of codes}; every value must be an integer code 0 .. size-1
+(others go to the dead letter with the reason, never clipped). The pass counts, in one go,
+every k-way marginal of the columns (mwem) or the full-domain histogram (blr); the generator
+touches those counts only through mechanisms (pure epsilon-DP for both), then samples rows.
+The output keeps the columns and codes; OUT.manifest.json beside it says what was spent and
+which marginals were measured (private outputs, so releasable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import posixpath
+import sys
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from beam_expmech import io, parameters
+from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.predicates import MarginalWorkload
+from beam_expmech.synth import blr
+from beam_expmech.synth.mwem import mwem
+from beam_expmech.transforms import GatherCounts
+from pipelines import common
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
+    common.add_input_flags(parser)
+    parser.add_argument("--domain", required=True, help='DOMAIN.json: {"column": number of codes}')
+    common.add_privacy_flags(parser)
+    parser.add_argument("--method", choices=("mwem", "blr"), default="mwem")
+    parser.add_argument("--workload-degree", type=int, default=3, help="k of the k-way marginals (mwem)")
+    parser.add_argument("--columns", help="comma-separated subset of the domain's columns (default: all)")
+    parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size for mwem; required for blr)")
+    parser.add_argument("--rounds", type=int, default=20, help="MWEM rounds (default 20)")
+    parser.add_argument("--output", required=True, help="OUT.parquet or OUT.csv (local or gs://)")
+    return parser.parse_known_args(argv)
+
+
+def manifest_path(output: str) -> str:
+    return posixpath.splitext(output)[0] + ".manifest.json"
+
+
+def generate(counts: np.ndarray, *, family: MarginalWorkload, args: argparse.Namespace, columns: list, domain: dict):
+    """The only step that sees the counts: returns (synthetic columns, manifest)."""
+    max_rows = args.max_rows_per_unit or 1
+    if args.method == "blr":
+        histogram = blr.blr_synthesize(
+            counts, [domain[c] for c in columns], rows=args.rows, epsilon=args.epsilon, max_rows=max_rows, rng=args.seed
+        )
+        codes = blr.histogram_to_rows(histogram, [domain[c] for c in columns])
+        table = {c: codes[:, i] for i, c in enumerate(columns)}
+        details = {"rows": args.rows}
+    else:
+        result = mwem(
+            family.split(counts), domain, epsilon=args.epsilon, rounds=args.rounds, max_rows=max_rows, rng=args.seed
+        )
+        rows = args.rows or result.rows
+        table = result.model.sample(rows, random_source(None if args.seed is None else args.seed + 1))
+        details = {"rows": rows, "rounds": args.rounds, "measured": [list(m) for m in result.measured]}
+    manifest = {
+        "method": args.method,
+        "epsilon": args.epsilon,
+        "delta": 0,
+        "guarantee": "pure epsilon-DP",
+        "columns": columns,
+        "privacy_unit": args.privacy_unit,
+        "max_rows_per_unit": args.max_rows_per_unit,
+        "seed": None if args.seed is None else "set (tests only): NOT private",
+        **details,
+    }
+    return table, manifest
+
+
+def write_outputs(payload, output: str) -> None:
+    """The table (Parquet or CSV by extension), then the manifest, each written atomically."""
+    columns, manifest = payload
+    table = pa.table({c: pa.array(np.asarray(v, dtype=np.int64)) for c, v in columns.items()})
+    if output.lower().endswith(".csv"):
+        data = io.table_to_csv(table)
+    else:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        data = sink.getvalue().to_pybytes()
+    io.write_atomically(output, data)
+    io.write_json(manifest_path(output), manifest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, beam_args = parse_args(argv)
+    common.check_unit_flags(args)
+    parameters.positive_finite(args.epsilon, "epsilon")
+    try:
+        domain = {c: int(size) for c, size in json.loads(io.read_text(args.domain)).items()}
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(f"{args.domain}: not a JSON object of column sizes") from None
+    if not domain or any(size < 1 for size in domain.values()):
+        raise ValueError(f"{args.domain}: every column needs a size >= 1")
+    columns = args.columns.split(",") if args.columns else list(domain)
+    unknown = [c for c in columns if c not in domain]
+    if unknown:
+        raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
+    domain = {c: domain[c] for c in columns}
+    if args.method == "blr":
+        if args.rows is None:
+            raise ValueError("--rows is required with --method blr (the synthetic dataset's size)")
+        blr.check_size(math.prod(domain.values()), parameters.count(args.rows, "--rows"))  # before any budget
+        family = MarginalWorkload([tuple(columns)], domain)
+    else:
+        degree = parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns))
+        parameters.count(args.rounds, "--rounds")
+        family = MarginalWorkload(list(itertools.combinations(columns, degree)), domain)
+        if family.num_candidates > 50_000_000:
+            raise ValueError(f"the {degree}-way marginals have {family.num_candidates:,} cells: too many to hold")
+    specs = [io.ColumnSpec(c, "int", domain=(0, domain[c])) for c in columns] + common.unit_specs(args)
+    files = common.check_input(args, specs)
+
+    budget = PrivacyBudget(epsilon=args.epsilon)
+    budget.charge(Release.pure(args.epsilon, f"synthetic data by {args.method}"))  # before any row is read
+    release = GatherCounts() | "Generate" >> beam.Map(
+        generate, family=family, args=args, columns=columns, domain=domain
+    )
+    output = args.output
+    common.run_counting_job(args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output))
+    manifest = io.read_json(manifest_path(output))
+    print(
+        f"wrote {manifest['rows']:,} synthetic rows of {len(columns)} columns by {args.method}, "
+        f"epsilon={args.epsilon:g}, to {output} (manifest: {manifest_path(output)})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_cli(main))
