@@ -31,6 +31,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_mechanisms
 	$(PY) -m benchmarks.bench_select
 	$(PY) -m benchmarks.bench_quantiles
+	$(PY) -m benchmarks.bench_synth
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
