@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import assert_usage_error
 
 from beam_expmech import halfspaces
 from beam_expmech.predicates import MarginalCounts
@@ -90,6 +89,4 @@ def test_bad_arguments(tmp_path, change, message):
     (tmp_path / "d.csv").write_text("a,b,y\n1,0,1\n")
     args = {"--input": str(tmp_path / "d.csv"), "--features": "a,b", "--label": "y", "--epsilon": "1",
             "--output": str(tmp_path / "h.json"), **change}  # fmt: skip
-    run = subprocess.run([sys.executable, "-m", "pipelines.learn", *[x for kv in args.items() for x in kv]],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert_usage_error("pipelines.learn", args, message)

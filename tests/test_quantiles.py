@@ -7,15 +7,13 @@ import csv
 import itertools
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_follows
+from conftest import assert_follows, assert_usage_error
 from scipy import stats
 
 from beam_expmech.mechanisms.quantile import private_quantile, quantile_probabilities, quantile_scores
@@ -155,6 +153,4 @@ def test_bad_arguments(tmp_path, change, message):
     pq.write_table(pa.table({"x": [1.0, 2.0]}), tmp_path / "d.parquet")
     args = {"--input": str(tmp_path / "d.parquet"), "--column": "x", "--lower": "0", "--upper": "10",
             "--quantiles": "0.5", "--epsilon": "1", "--output": str(tmp_path / "q.json"), **change}  # fmt: skip
-    run = subprocess.run([sys.executable, "-m", "pipelines.quantiles", *[x for kv in args.items() for x in kv]],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert_usage_error("pipelines.quantiles", args, message)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 
 import apache_beam as beam
@@ -12,7 +10,7 @@ import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from beam_data import purchases, write
-from conftest import assert_follows
+from conftest import assert_follows, assert_usage_error
 from test_exponential import peeling_pmf
 
 from beam_expmech.predicates import CategoryCounts
@@ -112,11 +110,7 @@ def test_bad_arguments_stop_with_one_line_and_exit_2(tmp_path, change, message):
     args = {"--input": str(tmp_path / "data.parquet"), "--column": "item", "--candidate-range": "0:10",
             "--epsilon": "1", "--privacy-unit": "user_id", "--max-rows-per-unit": "2",
             "--output": str(tmp_path / "r.json"), **change}  # fmt: skip
-    run = subprocess.run([sys.executable, "-m", "pipelines.select", *[x for kv in args.items() for x in kv]],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert run.returncode == 2
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], run.stderr
+    assert_usage_error("pipelines.select", args, message)
     assert not (tmp_path / "r.json").exists()
 
 

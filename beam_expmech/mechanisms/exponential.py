@@ -96,8 +96,8 @@ def top_k(
     epsilon**2/(8k)-zCDP (each round is (epsilon/k)-bounded-range), for scores of the given
     sensitivity (c = 1 if ``monotonic``, else 2, per round).
     """
-    scores = parameters.scores_array(scores)
-    k = parameters.count(k, "k", at_most=scores.size)
+    # The scores themselves are checked once, in log_weights (an empty set is reported there).
+    k = parameters.count(k, "k", at_most=max(np.size(scores), 1))
     weights = log_weights(scores, epsilon=epsilon, sensitivity=sensitivity, monotonic=monotonic, rounds=k)
     return noisy_top_k(weights, k, Noise.GUMBEL, random_source(rng))
 
