@@ -123,6 +123,28 @@ def zcdp_to_epsilon(rho: float, *, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
+def epsilon_to_zcdp(epsilon: float, *, delta: float) -> float:
+    """The largest rho (to 1e-9 relative) whose rho-zCDP guarantee converts to (epsilon, delta)-DP.
+
+    What a zCDP mechanism may spend inside an (epsilon, delta) budget; never more, since the
+    bisection keeps the lower end, at which the conversion is checked.
+    """
+    epsilon = parameters.positive_finite(epsilon, "epsilon")
+    delta = parameters.probability(delta, "delta")
+    low, high = 0.0, epsilon**2 / 2 + epsilon  # rho-zCDP is (rho + 2 sqrt(rho log(1/delta)), delta)-DP
+    while zcdp_to_epsilon(high, delta=delta) <= epsilon:
+        low, high = high, 2 * high
+    while high - low > 1e-9 * high:
+        middle = (low + high) / 2
+        if zcdp_to_epsilon(middle, delta=delta) <= epsilon:
+            low = middle
+        else:
+            high = middle
+    if low == 0:
+        raise ValueError(f"no rho > 0 fits epsilon={epsilon:g} at delta={delta:g}")
+    return low
+
+
 def _describe(release: Release) -> str:
     if release.epsilon is None:
         return f"rho={release.rho:g} (zCDP)"

@@ -6,6 +6,7 @@ import argparse
 import posixpath
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -26,6 +27,13 @@ USAGE_ERROR = 2
 def add_input_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="a file, a glob, or gs://bucket/path (Parquet, CSV or Avro)")
     parser.add_argument("--format", choices=io.FORMATS, help="the input format (default: from the file extension)")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (``error: ...``, exit 2), not the whole usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"error: {self.prog}: {message} (see --help)\n")
 
 
 def add_privacy_flags(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ BETA = 0.05
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.learn", description=__doc__.splitlines()[0])
+    parser = common.ArgumentParser(prog="python -m pipelines.learn", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument("--features", required=True, help="comma-separated bit columns x_1 .. x_d")
     parser.add_argument("--label", required=True, help="the bit column y")

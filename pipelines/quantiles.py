@@ -34,7 +34,7 @@ JOINT_BINS = 1024
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.quantiles", description=__doc__.splitlines()[0])
+    parser = common.ArgumentParser(prog="python -m pipelines.quantiles", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the numeric column")
     parser.add_argument("--lower", type=float, required=True, help="public lower end of the range")

@@ -29,7 +29,7 @@ BETA = 0.05
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.select", description=__doc__.splitlines()[0])
+    parser = common.ArgumentParser(prog="python -m pipelines.select", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the column whose values are the candidates")
     candidates = parser.add_mutually_exclusive_group(required=True)

@@ -1,13 +1,14 @@
 """Private synthetic data: one Beam pass counts the workload's marginals, a generator makes the rows.
 
-    python -m pipelines.synthesize --input PATH --domain DOMAIN.json --epsilon E [--method mwem|blr]
-        [--workload-degree 3] [--columns a,b,c] [--rows N] [--rounds 20]
+    python -m pipelines.synthesize --input PATH --domain DOMAIN.json --epsilon E [--delta D]
+        [--method aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N] [--rounds R]
         [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
 
 DOMAIN.json is {"column": number of codes}; every value must be an integer code 0 .. size-1
 (others go to the dead letter with the reason, never clipped). The pass counts, in one go,
-every k-way marginal of the columns (mwem) or the full-domain histogram (blr); the generator
-touches those counts only through mechanisms (pure epsilon-DP for both), then samples rows.
+every k-way marginal of the columns (aim, mwem) or the full-domain histogram (blr); the
+generator touches those counts only through mechanisms, then samples rows. aim (the default)
+is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are pure epsilon-DP.
 The output keeps the columns and codes; OUT.manifest.json beside it says what was spent and
 which marginals were measured (private outputs, so releasable).
 """
@@ -27,25 +28,29 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from beam_expmech import io, parameters
-from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.accounting import PrivacyBudget, Release, epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth import blr
+from beam_expmech.synth.aim import aim
 from beam_expmech.synth.mwem import mwem
 from beam_expmech.transforms import GatherCounts
 from pipelines import common
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
+    parser = common.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument("--domain", required=True, help='DOMAIN.json: {"column": number of codes}')
     common.add_privacy_flags(parser)
-    parser.add_argument("--method", choices=("mwem", "blr"), default="mwem")
-    parser.add_argument("--workload-degree", type=int, default=3, help="k of the k-way marginals (mwem)")
+    parser.add_argument(
+        "--delta", type=float, default=1e-9, help="the chance the guarantee fails, for aim (default 1e-9; mwem, blr: 0)"
+    )
+    parser.add_argument("--method", choices=("aim", "mwem", "blr"), default="aim")
+    parser.add_argument("--workload-degree", type=int, default=3, help="k of the k-way marginals (aim, mwem)")
     parser.add_argument("--columns", help="comma-separated subset of the domain's columns (default: all)")
-    parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size for mwem; required for blr)")
-    parser.add_argument("--rounds", type=int, default=20, help="MWEM rounds (default 20)")
+    parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size; required for blr)")
+    parser.add_argument("--rounds", type=int, help="mwem: rounds (default 20); aim: first rounds' budget share")
     parser.add_argument("--output", required=True, help="OUT.parquet or OUT.csv (local or gs://)")
     return parser.parse_known_args(argv)
 
@@ -65,17 +70,24 @@ def generate(counts: np.ndarray, *, family: MarginalWorkload, args: argparse.Nam
         table = {c: codes[:, i] for i, c in enumerate(columns)}
         details = {"rows": args.rows}
     else:
-        result = mwem(
-            family.split(counts), domain, epsilon=args.epsilon, rounds=args.rounds, max_rows=max_rows, rng=args.seed
-        )
+        workload = family.split(counts)
+        if args.method == "aim":
+            progress = _progress_bar() if sys.stderr.isatty() else None
+            result = aim(workload, domain, rho=args.rho, rounds=args.rounds, max_rows=max_rows, rng=args.seed,
+                         progress=progress)  # fmt: skip
+            details = {"rho": args.rho}
+        else:
+            rounds = args.rounds or 20
+            result = mwem(workload, domain, epsilon=args.epsilon, rounds=rounds, max_rows=max_rows, rng=args.seed)
+            details = {"rounds": rounds}
         rows = args.rows or result.rows
         table = result.model.sample(rows, random_source(None if args.seed is None else args.seed + 1))
-        details = {"rows": rows, "rounds": args.rounds, "measured": [list(m) for m in result.measured]}
+        details |= {"rows": rows, "measured": [list(m) for m in result.measured]}
     manifest = {
         "method": args.method,
         "epsilon": args.epsilon,
-        "delta": 0,
-        "guarantee": "pure epsilon-DP",
+        "delta": args.delta if args.method == "aim" else 0,
+        "guarantee": "rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
         "columns": columns,
         "privacy_unit": args.privacy_unit,
         "max_rows_per_unit": args.max_rows_per_unit,
@@ -83,6 +95,18 @@ def generate(counts: np.ndarray, *, family: MarginalWorkload, args: argparse.Nam
         **details,
     }
     return table, manifest
+
+
+def _progress_bar():
+    """A one-line bar on the terminal: the share of the budget AIM has spent."""
+
+    def show(share: float) -> None:
+        filled = round(30 * share)
+        print(f"\rAIM [{'#' * filled}{'.' * (30 - filled)}] {share:4.0%} of rho", end="", file=sys.stderr)
+        if share >= 1:
+            print(file=sys.stderr)
+
+    return show
 
 
 def write_outputs(payload, output: str) -> None:
@@ -103,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     common.check_unit_flags(args)
     parameters.positive_finite(args.epsilon, "epsilon")
+    if args.method == "aim":
+        parameters.probability(args.delta, "--delta")
     try:
         domain = {c: int(size) for c, size in json.loads(io.read_text(args.domain)).items()}
     except (ValueError, AttributeError, TypeError):
@@ -121,24 +147,31 @@ def main(argv: list[str] | None = None) -> int:
         family = MarginalWorkload([tuple(columns)], domain)
     else:
         degree = parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns))
-        parameters.count(args.rounds, "--rounds")
+        if args.rounds is not None:
+            parameters.count(args.rounds, "--rounds")
         family = MarginalWorkload(list(itertools.combinations(columns, degree)), domain)
         if family.num_candidates > 50_000_000:
             raise ValueError(f"the {degree}-way marginals have {family.num_candidates:,} cells: too many to hold")
     specs = [io.ColumnSpec(c, "int", domain=(0, domain[c])) for c in columns] + common.unit_specs(args)
     files = common.check_input(args, specs)
 
-    budget = PrivacyBudget(epsilon=args.epsilon)
-    budget.charge(Release.pure(args.epsilon, f"synthetic data by {args.method}"))  # before any row is read
+    if args.method == "aim":
+        budget = PrivacyBudget(epsilon=args.epsilon, delta=args.delta)
+        args.rho = epsilon_to_zcdp(args.epsilon, delta=args.delta)
+        budget.charge(Release.zcdp(args.rho, "synthetic data by aim"))  # before any row is read
+    else:
+        budget = PrivacyBudget(epsilon=args.epsilon)
+        budget.charge(Release.pure(args.epsilon, f"synthetic data by {args.method}"))
     release = GatherCounts() | "Generate" >> beam.Map(
         generate, family=family, args=args, columns=columns, domain=domain
     )
     output = args.output
     common.run_counting_job(args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output))
     manifest = io.read_json(manifest_path(output))
+    guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
     print(
         f"wrote {manifest['rows']:,} synthetic rows of {len(columns)} columns by {args.method}, "
-        f"epsilon={args.epsilon:g}, to {output} (manifest: {manifest_path(output)})"
+        f"{guarantee}, to {output} (manifest: {manifest_path(output)})"
     )
     return 0
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release, zcdp_to_epsilon
+from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release, epsilon_to_zcdp, zcdp_to_epsilon
 from beam_expmech.mechanisms import top_k
 
 
@@ -82,3 +82,16 @@ def test_bad_releases():
         Release.exponential_mechanism(-1)
     with pytest.raises(ValueError, match="rho"):
         Release.zcdp(0, "x")
+
+
+@pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-9), (0.3, 1e-9), (8.0, 1e-6)])
+def test_epsilon_to_zcdp_is_the_most_rho_that_fits(epsilon, delta):
+    rho = epsilon_to_zcdp(epsilon, delta=delta)
+    assert zcdp_to_epsilon(rho, delta=delta) <= epsilon
+    assert zcdp_to_epsilon(rho * (1 + 1e-6), delta=delta) > epsilon
+    budget = PrivacyBudget(epsilon=epsilon, delta=delta)
+    budget.charge(Release.zcdp(rho, "all of it"))
+    with pytest.raises(BudgetExceededError):
+        budget.charge(Release.zcdp(rho * 1e-3, "a little more"))
+    with pytest.raises(ValueError, match="delta"):
+        epsilon_to_zcdp(epsilon, delta=0)

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-import csv
-import itertools
-import json
-from pathlib import Path
-
 import numpy as np
-import pyarrow as pa
 import pytest
+from shared_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget
 from beam_expmech.mechanisms.randomness import random_source
-from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth.baselines import independent_marginals
 from beam_expmech.synth.mwem import mwem
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def load(name: str, columns: int):
-    domain = json.loads((DATA / name / "domain.json").read_text())
-    with open(DATA / name / f"{name}.csv") as handle:
-        reader = csv.reader(handle)
-        header = next(reader)
-        rows = np.array([[int(v) for v in row] for row in reader])
-    cols = list(domain)[:columns]
-    batch = pa.record_batch({c: rows[:, header.index(c)] for c in cols})
-    return batch, {c: domain[c] for c in cols}
-
-
-def marginals(batch, domain, degree):
-    workload = MarginalWorkload(list(itertools.combinations(domain, degree)), domain)
-    return workload.split(workload.count(batch))
 
 
 def workload_error(true, model) -> float:

@@ -13,12 +13,15 @@ import os
 
 import numpy as np
 
+_POOL_BYTES = 4096
+
 
 class RandomSource:
     """Uniform random bits, from the OS CSPRNG or (for tests only) a seeded numpy generator."""
 
     def __init__(self, generator: np.random.Generator | None = None):
         self._generator = generator
+        self._pool, self._used, self._pid = b"", 0, os.getpid()
 
     @property
     def private(self) -> bool:
@@ -26,6 +29,17 @@ class RandomSource:
         return self._generator is None
 
     def _bytes(self, n: int) -> bytes:
+        if n > _POOL_BYTES // 16:
+            return self._fresh(n)
+        # Small draws (the exact samplers take a few bits at a time) come from a pool: one
+        # system call per 4 KiB instead of one per draw. A forked child never reuses its
+        # parent's pool, or parent and child would draw the same noise.
+        if self._used + n > len(self._pool) or self._pid != os.getpid():
+            self._pool, self._used, self._pid = self._fresh(_POOL_BYTES), 0, os.getpid()
+        self._used += n
+        return self._pool[self._used - n : self._used]
+
+    def _fresh(self, n: int) -> bytes:
         if self._generator is None:
             return os.urandom(n)
         return self._generator.bytes(n)

@@ -1,0 +1,184 @@
+"""AIM (McKenna, Mullins, Sheldon, Miklau 2022): adaptive, budget-aware marginal selection, rho-zCDP.
+
+The generator sees the data only through the true counts of a workload of marginals W, and
+touches those only through mechanisms. With at most K rows per privacy unit (L1 and L2
+sensitivity of any marginal: K):
+
+1. every 1-way marginal is measured with discrete Gaussian noise of scale sigma;
+2. each round, the exponential mechanism picks a marginal r from the downward closure of W,
+   score w_r (||M_r - N p_r||_1 - sqrt(2/pi) sigma n_r): the model's error on r minus the
+   error the measurement's own noise would leave (n_r cells), weighted by
+   w_r = sum over s in W of |r & s|; sensitivity K max_r w_r (M_r moves by K in L1; N, the
+   model's public total, does not move). The chosen marginal is measured with discrete
+   Gaussian noise and the graphical model refitted (post-processing);
+3. when a round's measurement barely moved the model, sigma halves and the selection epsilon
+   doubles (the budget per round quadruples); the last round spends whatever is left.
+
+Only marginals that keep the model under ``max_cells * (rho spent / rho)`` cells are
+candidates, a rule that depends on public parameters and earlier outputs only.
+
+Privacy: rho-zCDP in all (each measurement K^2 / (2 sigma^2), each selection epsilon^2 / 8;
+the rounds' sum never exceeds rho). Scores are exact integers (units of 2^-20 counts), so the
+exponential mechanism samples exactly; the noise is exact discrete Gaussian.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from beam_expmech import parameters
+from beam_expmech.accounting import Release
+from beam_expmech.mechanisms import discrete_gaussian
+from beam_expmech.mechanisms.exponential import exponential_mechanism
+from beam_expmech.mechanisms.randomness import RandomLike, random_source
+from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, model_cells
+
+_FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
+_SELECT_SHARE = 0.1  # of each round's rho, as in AIM
+
+
+@dataclass
+class AimResult:
+    model: GraphicalModel
+    measured: list[tuple[str, ...]]  # every marginal measured, in order (a private output)
+    releases: list[Release]  # what was spent, for the budget
+    rows: int  # the noisy size estimate (a private output)
+
+
+def aim(
+    marginals: dict[tuple[str, ...], np.ndarray],
+    domain: dict[str, int],
+    *,
+    rho: float,
+    max_rows: int = 1,
+    max_cells: int = 2_000_000,
+    rounds: int | None = None,
+    iterations: int = 200,
+    final_iterations: int = 1000,
+    one_way_share: float = 0.5,
+    rng: RandomLike = None,
+    progress: Callable[[float], None] | None = None,
+) -> AimResult:
+    """Run AIM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
+
+    ``rounds`` (default 16 d) sets the first rounds' budget, rho / rounds each; annealing
+    usually ends the run sooner. ``progress`` is called with the share of rho spent.
+    Privacy: rho-zCDP with at most ``max_rows`` rows per unit.
+    """
+    rho = parameters.positive_finite(rho, "rho")
+    max_rows = parameters.count(max_rows, "max_rows")
+    rounds = parameters.count(rounds or 16 * len(domain), "rounds")
+    if not marginals:
+        raise ValueError("the workload has no marginal")
+    for columns, counts in marginals.items():
+        if counts.shape != tuple(domain[c] for c in columns):
+            raise ValueError(f"marginal {columns} does not match the domain")
+    if model_cells(domain, [(c,) for c in domain]) > max_cells:
+        raise ValueError(f"the 1-way marginals alone have more than {max_cells:,} cells")
+    source = random_source(rng)
+    order = {c: i for i, c in enumerate(domain)}
+    weights = _closure_weights(list(marginals), order)
+    truth = {r: _marginal_from(marginals, r) for r in weights}
+
+    releases: list[Release] = []
+
+    def measure(columns: tuple[str, ...], sigma: float) -> Measurement:
+        noisy = discrete_gaussian.discrete_gaussian_mechanism(
+            truth[columns], sigma=sigma, sensitivity=max_rows, rng=source
+        )
+        releases.append(Release.zcdp(discrete_gaussian.rho(sigma=sigma, sensitivity=max_rows), f"AIM {columns}"))
+        return Measurement(columns, noisy.astype(np.float64), sigma)
+
+    def spent() -> float:
+        return math.fsum(r.rho for r in releases)
+
+    one_way_sigma = max_rows * math.sqrt(len(domain) / (2 * one_way_share * rho))
+    measurements = [measure((c,), one_way_sigma) for c in domain]
+    sigma, epsilon = _round_parameters(rho * (1 - one_way_share) / rounds, max_rows)
+    total = max(1.0, float(np.mean([m.values.sum() for m in measurements])))  # a private output
+    model = GraphicalModel(domain, [m.columns for m in measurements], total)
+    model.fit(measurements, iterations=iterations)
+    measured = [m.columns for m in measurements]
+    cells_with: dict = {}  # candidate -> cells of the model extended by it (0: it fits already)
+    last = False
+    while not last:
+        remaining = rho - spent()
+        round_rho = max_rows**2 / (2 * sigma**2) + epsilon**2 / 8
+        if remaining < 2 * round_rho:  # spend the rest in one last round
+            sigma, epsilon = _round_parameters(remaining * (1 - 1e-9), max_rows)
+            last = True
+        limit = max_cells * (spent() + max_rows**2 / (2 * sigma**2) + epsilon**2 / 8) / rho
+        if cells_with.get(None) != model.cliques:  # the model's structure changed: sizes change
+            cells_with = {None: model.cliques}
+        for r in weights:
+            if r not in cells_with:
+                holds = model.clique_holding(r) is not None
+                cells_with[r] = 0 if holds else model_cells(domain, [*model.cliques, r])
+        candidates = [r for r in weights if cells_with[r] <= limit]
+        chosen = _select(candidates, weights, truth, model, sigma=sigma, epsilon=epsilon, max_rows=max_rows, rng=source)
+        releases.append(Release.exponential_mechanism(epsilon, f"AIM select {chosen}"))
+        before = model.project(chosen)
+        measurements.append(measure(chosen, sigma))
+        measured.append(chosen)
+        if model.clique_holding(chosen) is None:
+            model = model.extended([chosen])
+        model.fit(measurements, iterations=final_iterations if last else iterations)
+        if np.abs(model.project(chosen) - before).sum() <= math.sqrt(2 / math.pi) * sigma * before.size:
+            sigma, epsilon = sigma / 2, epsilon * 2
+        if progress is not None:
+            progress(min(1.0, spent() / rho))
+    return AimResult(model, measured, releases, max(1, round(total)))
+
+
+def _round_parameters(round_rho: float, max_rows: int) -> tuple[float, float]:
+    """(sigma, epsilon) that spend ``round_rho``: 90% on the measurement, 10% on the selection."""
+    sigma = max_rows * math.sqrt(1 / (2 * (1 - _SELECT_SHARE) * round_rho))
+    epsilon = math.sqrt(8 * _SELECT_SHARE * round_rho)
+    return sigma * (1 + 1e-12), epsilon * (1 - 1e-12)  # round towards spending less
+
+
+def _closure_weights(workload: list[tuple[str, ...]], order: dict[str, int]) -> dict[tuple[str, ...], int]:
+    """Every non-empty subset r of a workload marginal, with weight sum over s in W of |r & s|."""
+    closure = {
+        tuple(sorted(r, key=order.__getitem__))
+        for s in workload
+        for k in range(1, len(s) + 1)
+        for r in itertools.combinations(s, k)
+    }
+    return {r: sum(len(set(r) & set(s)) for s in workload) for r in sorted(closure, key=lambda r: (len(r), r))}
+
+
+def _marginal_from(marginals: dict[tuple[str, ...], np.ndarray], columns: tuple[str, ...]) -> np.ndarray:
+    """The true counts on ``columns``, summed out of any workload marginal holding them."""
+    holder = next(s for s in marginals if set(columns) <= set(s))
+    counts = marginals[holder].sum(axis=tuple(i for i, c in enumerate(holder) if c not in columns))
+    kept = [c for c in holder if c in columns]
+    return np.transpose(counts, [kept.index(c) for c in columns]).astype(np.int64)
+
+
+def scores(candidates, weights, truth, model: GraphicalModel, *, sigma: float, max_rows: int) -> tuple[list, int]:
+    """AIM's score of each candidate in exact integers (units of 2^-20 counts), and their sensitivity.
+
+    One unit with at most ``max_rows`` rows moves a true marginal by at most that much in L1,
+    and everything else in the score is public, so a score moves by at most
+    max_rows * w_r * 2^20.
+    """
+    values = []
+    for r in candidates:
+        model_counts = np.rint(model.project(r).ravel() * 2.0**_FIXED).astype(np.int64)  # public
+        error = int(np.abs(truth[r].ravel() * 2**_FIXED - model_counts).sum(dtype=object))
+        bias = round(math.sqrt(2 / math.pi) * sigma * truth[r].size * 2**_FIXED)  # public
+        values.append(weights[r] * (error - bias))
+    return values, max_rows * max(weights[r] for r in candidates) * 2**_FIXED
+
+
+def _select(candidates, weights, truth, model, *, sigma, epsilon, max_rows, rng) -> tuple[str, ...]:
+    """The exponential mechanism over ``candidates`` with AIM's score."""
+    values, sensitivity = scores(candidates, weights, truth, model, sigma=sigma, max_rows=max_rows)
+    index = exponential_mechanism(np.array(values, dtype=object), epsilon=epsilon, sensitivity=sensitivity, rng=rng)
+    return candidates[index]

@@ -1,0 +1,99 @@
+"""The graphical model behind AIM: junction trees, exact inference, fitting and sampling."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from conftest import assert_follows
+
+from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, junction_tree
+
+DOMAIN = {"a": 2, "b": 3, "c": 2, "d": 4, "e": 2, "f": 3}
+# A cycle a-b-c-d-a (needs a fill-in edge), a pendant e, and f alone (a forest).
+SETS = [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("d", "e"), ("f",)]
+
+
+def brute_force_joint(model: GraphicalModel) -> np.ndarray:
+    """The full distribution exp(sum of potentials) / Z over every column, axes in domain order."""
+    columns = tuple(model.domain)
+    log_p = np.zeros([model.domain[c] for c in columns])
+    for clique, potential in zip(model.cliques, model.potentials, strict=True):
+        log_p = log_p + potential.reshape([model.domain[c] if c in clique else 1 for c in columns])
+    p = np.exp(log_p - log_p.max())
+    return p / p.sum()
+
+
+def joint_marginal(joint: np.ndarray, columns: tuple) -> np.ndarray:
+    names = list(DOMAIN)
+    summed = joint.sum(axis=tuple(i for i, c in enumerate(names) if c not in columns))
+    kept = [c for c in names if c in columns]
+    return np.transpose(summed, [kept.index(c) for c in columns])
+
+
+def random_model(seed: int) -> GraphicalModel:
+    model = GraphicalModel(DOMAIN, SETS, total=1000.0)
+    rng = np.random.default_rng(seed)
+    model.potentials = [rng.normal(0, 1.5, p.shape) for p in model.potentials]
+    model.log_marginals = model._calibrate(model.potentials)
+    return model
+
+
+def test_junction_tree_is_a_tree_with_running_intersection():
+    cliques, edges = junction_tree(DOMAIN, SETS)
+    for s in SETS:
+        assert any(set(s) <= set(c) for c in cliques), s
+    assert len(edges) == len(cliques) - 2  # f's clique is its own tree
+    for column in DOMAIN:  # the cliques holding a column are connected in the tree
+        holding = {i for i, c in enumerate(cliques) if column in c}
+        reached, frontier = set(), [min(holding)]
+        while frontier:
+            i = frontier.pop()
+            reached.add(i)
+            frontier += [j for a, b in edges for i2, j in ((a, b), (b, a)) if i2 == i and j in holding - reached]
+        assert reached == holding, column
+    assert all(list(c) == sorted(c, key=list(DOMAIN).index) for c in cliques)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_marginal_is_exact_inside_and_across_cliques(seed):
+    model = random_model(seed)
+    joint = brute_force_joint(model)
+    for k in (1, 2, 3):
+        for columns in itertools.permutations(DOMAIN, k):
+            if k == 3 and columns[0] > columns[1]:
+                continue  # enough orders checked
+            np.testing.assert_allclose(model.project(columns), 1000 * joint_marginal(joint, columns), rtol=1e-9)
+
+
+def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
+    truth = random_model(4)  # its cliques' marginals pin down the whole distribution
+    measurements = [Measurement(c, truth.project(c), 1.0) for c in truth.cliques]
+    model = GraphicalModel(DOMAIN, SETS, total=1000.0)
+    model.fit(measurements, iterations=3000)
+    for columns in [*SETS, ("a", "c"), ("b", "e", "f")]:
+        np.testing.assert_allclose(model.project(columns), truth.project(columns), atol=0.05)
+
+
+def test_fit_refuses_a_measurement_outside_the_model():
+    with pytest.raises(ValueError, match="lies in no clique"):
+        GraphicalModel(DOMAIN, SETS).fit([Measurement(("a", "f"), np.ones((2, 3)), 1.0)])
+
+
+def test_extended_model_starts_as_the_same_distribution():
+    model = random_model(5)
+    bigger = model.extended([("b", "e", "f")])
+    assert any(set("bef") <= set(c) for c in bigger.cliques)
+    for columns in [("a", "b", "c"), ("e", "f"), ("d",)]:
+        np.testing.assert_allclose(bigger.project(columns), model.project(columns), rtol=1e-9)
+
+
+def test_sampled_rows_follow_the_model():
+    model = random_model(6)
+    rows = model.sample(30_000, random_source(7))
+    assert set(rows) == set(DOMAIN) and all(v.dtype == np.int64 for v in rows.values())
+    joint = brute_force_joint(model)
+    cells = np.ravel_multi_index([rows[c] for c in DOMAIN], list(DOMAIN.values()))
+    assert_follows(cells.tolist(), dict(enumerate(joint.ravel())))
