@@ -36,6 +36,6 @@ setup(
             "gcp-storage-emulator>=2024.8.3",
         ],
         # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed.
-        "bench": ["opendp>=0.12", "pipeline-dp>=0.2.1"],
+        "bench": ["opendp[mbi]>=0.16", "pipeline-dp>=0.2.1"],
     },
 )

@@ -37,17 +37,21 @@ class InputError(ValueError):
 class ColumnSpec:
     """A column the job reads, what its values must be, and (optionally) their domain.
 
-    kind: "string", "int", "float", or "any" (kept as it is: only nulls are rejected).
+    kind: "string", "int", "float", "label", or "any" (kept as it is: only nulls are rejected).
     ``domain`` (ints only): values must lie in [lo, hi).
+    ``labels`` (labels only): the values a column may hold, each read as its position (an int code).
     """
 
     name: str
     kind: str
     domain: tuple[int, int] | None = None
+    labels: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        if self.kind not in ("string", "int", "float", "any"):
-            raise ValueError(f"kind must be string, int, float or any, got {self.kind!r}")
+        if self.kind not in ("string", "int", "float", "label", "any"):
+            raise ValueError(f"kind must be string, int, float, label or any, got {self.kind!r}")
+        if (self.kind == "label") != (self.labels is not None):
+            raise ValueError("labels go with kind 'label', and only with it")
 
 
 # --- finding files and their formats -------------------------------------------------------------
@@ -190,6 +194,12 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         return column, problems
     if spec.kind == "string":
         return _as_text(column), problems
+    if spec.kind == "label":
+        codes = pc.index_in(_as_text(column), value_set=pa.array(spec.labels, pa.string()))
+        problems.append(
+            (f"not one of the domain's {len(spec.labels)} labels", _mask(codes.is_null()) & ~problems[0][1])
+        )
+        return codes.fill_null(0).cast(pa.int64()), problems
     target = pa.int64() if spec.kind == "int" else pa.float64()
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         parses = _mask(pc.match_substring_regex(column, _INTEGER if spec.kind == "int" else _NUMBER))

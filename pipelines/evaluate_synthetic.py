@@ -10,9 +10,7 @@ Use it to judge a generator on data you may look at, never to publish.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import sys
 
 import numpy as np
@@ -22,11 +20,11 @@ from beam_expmech.predicates import MarginalWorkload
 from pipelines import common
 
 
-def workload_counts(path: str, workload: MarginalWorkload, domain: dict[str, int]) -> np.ndarray:
+def workload_counts(path: str, workload: MarginalWorkload, domain: common.Domain) -> np.ndarray:
     """Summed workload counts of one table; a value outside its column's domain is an error."""
     files = io.match_files(path)
     io.check_columns(files, None, list(workload.columns))
-    specs = [io.ColumnSpec(c, "int", domain=(0, domain[c])) for c in workload.columns]
+    specs = [common.domain_spec(c, domain[c]) for c in workload.columns]
     total = np.zeros(workload.num_candidates, dtype=np.int64)
     for file in files:
         for split in io.splits(file, io.file_format(file)):
@@ -48,18 +46,18 @@ def workload_errors(real: dict, synthetic: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.evaluate_synthetic", description=__doc__.splitlines()[0])
+    parser = common.ArgumentParser(prog="python -m pipelines.evaluate_synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("real")
     parser.add_argument("domain")
     parser.add_argument("synthetic")
     parser.add_argument("--degree", type=int, default=3)
     parser.add_argument("--columns", help="comma-separated (default: every column of the domain)")
     args = parser.parse_args(argv)
-    domain = {column: int(size) for column, size in json.loads(io.read_text(args.domain)).items()}
+    domain = common.read_domain(args.domain)
     columns = args.columns.split(",") if args.columns else list(domain)
     if not 1 <= args.degree <= len(columns):
         raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")
-    workload = MarginalWorkload(list(itertools.combinations(columns, args.degree)), domain)
+    workload = MarginalWorkload(list(itertools.combinations(columns, args.degree)), common.domain_sizes(domain))
     real = workload.split(workload_counts(args.real, workload, domain))
     synthetic = workload.split(workload_counts(args.synthetic, workload, domain))
     errors = list(workload_errors(real, synthetic).values())

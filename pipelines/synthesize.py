@@ -4,8 +4,9 @@
         [--method aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N] [--rounds R]
         [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
 
-DOMAIN.json is {"column": number of codes}; every value must be an integer code 0 .. size-1
-(others go to the dead letter with the reason, never clipped). The pass counts, in one go,
+DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1) or
+{"column": ["label", ...]} (every value one of the labels; the output has labels too); other
+values go to the dead letter with the reason, never clipped. The pass counts, in one go,
 every k-way marginal of the columns (aim, mwem) or the full-domain histogram (blr); the
 generator touches those counts only through mechanisms, then samples rows. aim (the default)
 is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are pure epsilon-DP.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import posixpath
 import sys
@@ -41,7 +41,9 @@ from pipelines import common
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = common.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
-    parser.add_argument("--domain", required=True, help='DOMAIN.json: {"column": number of codes}')
+    parser.add_argument(
+        "--domain", required=True, help='DOMAIN.json: {"column": number of codes} or {"column": ["label", ...]}'
+    )
     common.add_privacy_flags(parser)
     parser.add_argument(
         "--delta", type=float, default=1e-9, help="the chance the guarantee fails, for aim (default 1e-9; mwem, blr: 0)"
@@ -109,10 +111,14 @@ def _progress_bar():
     return show
 
 
-def write_outputs(payload, output: str) -> None:
-    """The table (Parquet or CSV by extension), then the manifest, each written atomically."""
+def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> None:
+    """The table (Parquet or CSV by extension), then the manifest, each written atomically.
+
+    Columns the domain file labels are written as labels, the others as their int codes.
+    """
     columns, manifest = payload
-    table = pa.table({c: pa.array(np.asarray(v, dtype=np.int64)) for c, v in columns.items()})
+    arrays = {c: pa.array(np.asarray(v, dtype=np.int64)) for c, v in columns.items()}
+    table = pa.table({c: pa.array(labels[c]).take(v) if c in labels else v for c, v in arrays.items()})
     if output.lower().endswith(".csv"):
         data = io.table_to_csv(table)
     else:
@@ -129,17 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     parameters.positive_finite(args.epsilon, "epsilon")
     if args.method == "aim":
         parameters.probability(args.delta, "--delta")
-    try:
-        domain = {c: int(size) for c, size in json.loads(io.read_text(args.domain)).items()}
-    except (ValueError, AttributeError, TypeError):
-        raise ValueError(f"{args.domain}: not a JSON object of column sizes") from None
-    if not domain or any(size < 1 for size in domain.values()):
-        raise ValueError(f"{args.domain}: every column needs a size >= 1")
-    columns = args.columns.split(",") if args.columns else list(domain)
-    unknown = [c for c in columns if c not in domain]
+    described = common.read_domain(args.domain)
+    columns = args.columns.split(",") if args.columns else list(described)
+    unknown = [c for c in columns if c not in described]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
-    domain = {c: domain[c] for c in columns}
+    described = {c: described[c] for c in columns}
+    domain = common.domain_sizes(described)
     if args.method == "blr":
         if args.rows is None:
             raise ValueError("--rows is required with --method blr (the synthetic dataset's size)")
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         family = MarginalWorkload(list(itertools.combinations(columns, degree)), domain)
         if family.num_candidates > 50_000_000:
             raise ValueError(f"the {degree}-way marginals have {family.num_candidates:,} cells: too many to hold")
-    specs = [io.ColumnSpec(c, "int", domain=(0, domain[c])) for c in columns] + common.unit_specs(args)
+    specs = [common.domain_spec(c, v) for c, v in described.items()] + common.unit_specs(args)
     files = common.check_input(args, specs)
 
     if args.method == "aim":
@@ -166,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         generate, family=family, args=args, columns=columns, domain=domain
     )
     output = args.output
-    common.run_counting_job(args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output))
+    labels = {c: v for c, v in described.items() if not isinstance(v, int)}
+    common.run_counting_job(
+        args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output, labels)
+    )
     manifest = io.read_json(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
     print(

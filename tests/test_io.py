@@ -76,6 +76,15 @@ def test_float_codes_and_wrong_types():
     assert bad.num_rows == 3 and bad.column("reason")[0].as_py().startswith("b: wrong type")
 
 
+def test_labels_become_their_positions():
+    batch = pa.record_batch({"c": pa.array(["b", None, "a", "z", "b"]), "n": pa.array([1, 2, 3, 4, 5])})
+    good, bad = io.validate(batch, [io.ColumnSpec("c", "label", labels=("a", "b"))])
+    assert good.column("c").to_pylist() == [1, 0, 1]
+    assert bad.column(io.REASON).to_pylist() == ["c: null", "c: not one of the domain's 2 labels"]
+    with pytest.raises(ValueError, match="labels go with kind"):
+        io.ColumnSpec("c", "int", labels=("a",))
+
+
 def test_clean_batches_have_no_dead_letter():
     good, bad = io.validate(pa.record_batch({"s": ["a", "b"]}), [io.ColumnSpec("s", "string")])
     assert bad is None and good.num_rows == 2

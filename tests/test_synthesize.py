@@ -102,3 +102,30 @@ def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
             "--output": str(tmp_path / "s.csv"), **change}  # fmt: skip
     assert_usage_error("pipelines.synthesize", args, message)
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_a_labelled_domain_reads_and_writes_labels(tmp_path):
+    rows = ["colour,size"] + ["red,S"] * 300 + ["blue,M"] * 200 + ["green,L"] * 100 + ["purple,S", "red,XL"]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "domain.json").write_text(json.dumps({"colour": ["red", "green", "blue"], "size": ["S", "M", "L"]}))
+    out = tmp_path / "s.csv"
+    args = ["--input", str(tmp_path / "d.csv"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "2",
+            "--workload-degree", "2", "--seed", "9", "--output", str(out)]  # fmt: skip
+    assert synthesize.main(args) == 0
+    table = pacsv.read_csv(out)
+    assert set(table.column("colour").to_pylist()) <= {"red", "green", "blue"}
+    assert set(table.column("size").to_pylist()) <= {"S", "M", "L"}
+    assert table.column("colour").to_pylist().count("red") > 0.3 * table.num_rows  # half the real rows are red
+    dead = (tmp_path / "s.dead_letter.csv").read_text().splitlines()[1:]
+    assert sorted(dead) == sorted(
+        ['"purple","S","colour: not one of the domain\'s 3 labels"', '"red","XL","size: not one of the domain\'s 3 labels"']
+    )
+
+
+@pytest.mark.parametrize("domain", [{"a": 0}, {"a": ["x", "x"]}, {"a": 2.5}, [], {"a": []}])
+def test_a_bad_domain_file_is_one_line(tmp_path, domain):
+    (tmp_path / "d.csv").write_text("a\n0\n")
+    (tmp_path / "domain.json").write_text(json.dumps(domain))
+    args = {"--input": str(tmp_path / "d.csv"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv")}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, "domain.json")
