@@ -4,7 +4,8 @@ The generator sees the data only through the true counts of a workload of margin
 touches those only through mechanisms. With at most K rows per privacy unit (L1 and L2
 sensitivity of any marginal: K):
 
-1. every 1-way marginal is measured with discrete Gaussian noise of scale sigma;
+1. a share of rho (half by default, as OpenDP's AIM) measures every 1-way marginal with
+   discrete Gaussian noise;
 2. each round, the exponential mechanism picks a marginal r from the downward closure of W,
    score w_r (||M_r - N p_r||_1 - sqrt(2/pi) sigma n_r): the model's error on r minus the
    error the measurement's own noise would leave (n_r cells), weighted by
@@ -58,8 +59,8 @@ def aim(
     max_rows: int = 1,
     max_cells: int = 2_000_000,
     rounds: int | None = None,
-    iterations: int = 200,
-    final_iterations: int = 1000,
+    iterations: int = 250,
+    final_iterations: int = 2000,
     one_way_share: float = 0.5,
     rng: RandomLike = None,
     progress: Callable[[float], None] | None = None,
@@ -97,11 +98,15 @@ def aim(
     def spent() -> float:
         return math.fsum(r.rho for r in releases)
 
-    one_way_sigma = max_rows * math.sqrt(len(domain) / (2 * one_way_share * rho))
-    measurements = [measure((c,), one_way_sigma) for c in domain]
+    # The 1-way share of rho, split so that column c gets a share proportional to size_c^(2/3):
+    # that minimises the summed expected L1 error sum_c size_c sigma_c.
+    shares = {c: size ** (2 / 3) for c, size in domain.items()}
+    measurements = [
+        measure((c,), max_rows * math.sqrt(sum(shares.values()) / (2 * one_way_share * rho * shares[c])))
+        for c in domain
+    ]
     sigma, epsilon = _round_parameters(rho * (1 - one_way_share) / rounds, max_rows)
-    total = max(1.0, float(np.mean([m.values.sum() for m in measurements])))  # a private output
-    model = GraphicalModel(domain, [m.columns for m in measurements], total)
+    model = GraphicalModel(domain, [m.columns for m in measurements], _total(measurements))
     model.fit(measurements, iterations=iterations)
     measured = [m.columns for m in measurements]
     cells_with: dict = {}  # candidate -> cells of the model extended by it (0: it fits already)
@@ -127,12 +132,24 @@ def aim(
         measured.append(chosen)
         if model.clique_holding(chosen) is None:
             model = model.extended([chosen])
+        model.total = _total(measurements)
         model.fit(measurements, iterations=final_iterations if last else iterations)
         if np.abs(model.project(chosen) - before).sum() <= math.sqrt(2 / math.pi) * sigma * before.size:
             sigma, epsilon = sigma / 2, epsilon * 2
         if progress is not None:
             progress(min(1.0, spent() / rho))
-    return AimResult(model, measured, releases, max(1, round(total)))
+    return AimResult(model, measured, releases, max(1, round(model.total)))
+
+
+def _total(measurements: list[Measurement]) -> float:
+    """The size of the data, estimated from the noisy measurements (post-processing).
+
+    Each measurement's sum is an unbiased estimate with variance sigma^2 times its cells;
+    their inverse-variance weighted mean has the least variance.
+    """
+    weights = np.array([1 / (m.sigma**2 * m.values.size) for m in measurements])
+    sums = np.array([m.values.sum() for m in measurements])
+    return max(1.0, float((weights * sums).sum() / weights.sum()))
 
 
 def _round_parameters(round_rho: float, max_rows: int) -> tuple[float, float]:

@@ -97,6 +97,7 @@ class GraphicalModel:
         self.total = float(total)
         self.cliques, self.edges = junction_tree(self.domain, column_sets)
         self.potentials = [np.zeros(self._shape(c)) for c in self.cliques]
+        self._step: float | None = None  # the mirror descent's last step size
         self._schedule = self._message_schedule()
         self.log_marginals = self._calibrate(self.potentials)
 
@@ -250,25 +251,27 @@ class GraphicalModel:
                 gradient[h] = (weight * residual)[index].reshape(repeats, -1).sum(axis=0).reshape(counts[h].shape)
             return loss, gradient, counts
 
-        theta = self.potentials
-        loss, gradient, counts = loss_and_gradient(self.log_marginals)
-        mu = self.log_marginals
-        step = 1.0 / (self.total * sum(1.0 / m.sigma**2 for m in measurements))
+        theta, mu = self.potentials, self.log_marginals
+        loss, gradient, counts = loss_and_gradient(mu)
+        # Step: grow slowly while the Armijo condition holds, halve (and retry) when it fails;
+        # kept between fits, since a refit after one more measurement needs a similar step.
+        smallest = 1.0 / (self.total * sum(1.0 / m.sigma**2 for m in measurements))
+        step = max(self._step or smallest, smallest)
         for _ in range(iterations):
-            step *= 2
-            for _ in range(30):  # backtracking (Armijo): halve until the loss drops enough
-                trial = list(theta)
-                for h in holders:
-                    trial[h] = theta[h] - step * gradient[h]
-                trial_mu = self._calibrate(trial)
-                trial_loss, trial_gradient, trial_counts = loss_and_gradient(trial_mu)
-                decrease = sum(float((gradient[h] * (counts[h] - trial_counts[h])).sum()) for h in holders)
-                if loss - trial_loss >= 0.5 * step * decrease:
-                    break
+            trial = list(theta)
+            for h in holders:
+                trial[h] = theta[h] - step * gradient[h]
+            trial_mu = self._calibrate(trial)
+            trial_loss, trial_gradient, trial_counts = loss_and_gradient(trial_mu)
+            decrease = sum(float((gradient[h] * (counts[h] - trial_counts[h])).sum()) for h in holders)
+            if loss - trial_loss >= 0.5 * step * decrease:
+                theta, mu, loss, gradient, counts = trial, trial_mu, trial_loss, trial_gradient, trial_counts
+                step *= 1.01
+            else:
                 step *= 0.5
-            if trial_loss > loss:  # no step helped: at a minimum, up to rounding
-                break
-            theta, mu, loss, gradient, counts = trial, trial_mu, trial_loss, trial_gradient, trial_counts
+                if step < 1e-6 * smallest:  # no step lowers the loss: a minimum, up to rounding
+                    break
+        self._step = step
         self.potentials, self.log_marginals = theta, mu
 
     def extended(self, column_sets: Sequence[Sequence[str]]) -> GraphicalModel:
@@ -278,6 +281,7 @@ class GraphicalModel:
         new model starts as the same distribution (a warm start).
         """
         model = GraphicalModel(self.domain, [*self.cliques, *column_sets], self.total)
+        model._step = self._step
         for clique, potential in zip(self.cliques, self.potentials, strict=True):
             holder = model.clique_holding(clique)
             model.potentials[holder] = model.potentials[holder] + model._aligned(

@@ -1,15 +1,16 @@
 """MWEM (Hardt, Ligett and McSherry 2012) on a factored model, pure epsilon-DP.
 
 The generator sees the data only through the true counts of a workload of marginals, and
-touches those only through mechanisms. Each of T rounds spends epsilon / (2T) twice:
+touches those only through mechanisms. A share of epsilon measures the 1-way marginals (the
+start, and the noisy size n~); each of T rounds spends epsilon' / (2T) of the rest twice:
 
 1. select: the exponential mechanism picks the marginal r the model answers worst, score
    ||M_r - n P_r||_1 (M_r the data's counts, P_r the model's distribution, n the data's size);
    one unit with K rows moves M_r by K in L1 and n P_r by K, so the sensitivity is 2K;
 2. measure: the discrete Laplace mechanism adds noise of scale K / (epsilon / 2T) to every
    cell of M_r (L1 sensitivity K);
-3. update (post-processing): multiplicative weights moves the model towards every noisy
-   marginal measured so far.
+3. update (post-processing): multiplicative weights moves the model towards every marginal
+   measured so far, keeping of each only the cells whose noisy counts stand out of the noise.
 
 The model is a product of independent components, each a full histogram over a few columns
 (MWEM's factored representation): a measured marginal merges the components it touches. A
@@ -109,18 +110,27 @@ def mwem(
     rounds: int = 20,
     max_rows: int = 1,
     max_cells: int = 1_000_000,
-    one_way_share: float = 0.2,
+    one_way_share: float = 0.5,
+    min_signal: float = 8.0,
     rng: RandomLike = None,
 ) -> MwemResult:
     """Run MWEM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
 
     A share ``one_way_share`` of epsilon first measures every column's 1-way marginal (read
-    off the workload) to start from an independent model instead of a uniform one; the rest
-    is split over the rounds. Privacy: epsilon-DP (pure), with at most ``max_rows`` rows per unit.
+    off the workload; column c gets a share proportional to sqrt(its size), which minimises
+    the summed expected L1 error) to start from an independent model instead of a uniform
+    one, and gives the noisy size n~. The rest is split over at most ``rounds`` rounds: fewer
+    when even the smallest marginal's expected noise (cells times the Laplace scale, in L1)
+    would exceed n~ / ``min_signal`` (a rule on public values); with none, the rest of the
+    budget measures the 1-way marginals again. On small data this keeps MWEM from trading
+    good 1-way marginals for noise.
+    Privacy: epsilon-DP (pure), with at most ``max_rows`` rows per unit.
     """
     epsilon = parameters.positive_finite(epsilon, "epsilon")
     rounds = parameters.count(rounds, "rounds")
     max_rows = parameters.count(max_rows, "max_rows")
+    if not 0 < one_way_share < 1:
+        raise ValueError(f"one_way_share must be strictly between 0 and 1, got {one_way_share!r}")
     if not marginals:
         raise ValueError("the workload has no marginal")
     workload = list(marginals)
@@ -131,34 +141,62 @@ def mwem(
     if any(math.prod(domain[c] for c in columns) > max_cells for columns in workload):
         raise ValueError(f"a workload marginal has more than {max_cells:,} cells")
     source = random_source(rng)
-    measured, noisy, releases = [], {}, []
-    if one_way_share > 0:
-        start = epsilon * one_way_share / len(domain)
+    measured, targets, releases = [], {}, []  # targets: {marginal: the distribution to fit}
+
+    def measure_one_ways(share: float) -> float:
+        """Measure every column at ``share`` of epsilon (merged with earlier 1-way measurements),
+        start the model from them, and return the noisy size n~."""
+        weights = {c: math.sqrt(size) for c, size in domain.items()}
         for column in domain:
+            column_epsilon = epsilon * share * weights[column] / sum(weights.values())
             holder = next(c for c in workload if column in c)  # any marginal holding the column
             counts = marginals[holder].sum(axis=tuple(i for i, c in enumerate(holder) if c != column))
-            noisy[(column,)] = discrete_laplace_mechanism(counts, epsilon=start, sensitivity=max_rows, rng=source)
-            releases.append(Release.pure(start, f"MWEM 1-way {column}"))
-            clipped = np.maximum(noisy[(column,)], 0).astype(np.float64)
-            index = next(i for i, (names, _) in enumerate(model.components) if names == (column,))
-            model.components[index] = (
-                (column,),
-                clipped / clipped.sum() if clipped.sum() else np.full(clipped.size, 1 / clipped.size),
-            )
-    each = epsilon * (1 - one_way_share) / (2 * rounds)
+            values = discrete_laplace_mechanism(counts, epsilon=column_epsilon, sensitivity=max_rows, rng=source)
+            releases.append(Release.pure(column_epsilon, f"MWEM 1-way {column}"))
+            precision = column_epsilon**2  # 1 / variance of each cell, up to a common factor
+            if (column,) in one_way:  # inverse-variance weighted mean of the two (post-processing)
+                old, old_precision = one_way[(column,)]
+                values = (old * old_precision + values * precision) / (old_precision + precision)
+                precision += old_precision
+            one_way[(column,)] = (values, precision)
+        # n~ (a private output): the columns' noisy sums, weighted by the inverse of their variances
+        sums = np.array([values.sum() for values, _ in one_way.values()])
+        weights = np.array([precision / values.size for values, precision in one_way.values()])
+        size = max(1.0, float((sums * weights).sum() / weights.sum()))
+        for column in domain:
+            targets[(column,)] = _project_to_simplex(one_way[(column,)][0] / size)
+        model.components = [((c,), targets[(c,)]) for c in domain]
+        return size
+
+    one_way: dict = {}
+    size = measure_one_ways(one_way_share)
+    rest = epsilon * (1 - one_way_share)
+
+    def noise_l1(columns: tuple[str, ...], rounds: int) -> float:
+        """The expected L1 noise of measuring ``columns`` in one of ``rounds`` rounds."""
+        return math.prod(domain[c] for c in columns) * max_rows * 2 * rounds / rest
+
+    smallest = min(workload, key=lambda c: math.prod(domain[x] for x in c))
+    while rounds and noise_l1(smallest, rounds) > size / min_signal:
+        rounds -= 1
+    if not rounds:
+        size = measure_one_ways(1 - one_way_share)
+    each = rest / (2 * rounds) if rounds else 0.0
     n = int(next(iter(marginals.values())).sum())  # used inside the score only
     for _ in range(rounds):
         candidates = [c for c in workload if model.merged_size(c) <= max_cells]
+        if not candidates:  # every useful marginal would outgrow the memory cap: stop spending
+            break
         scores = np.array([_score(marginals[c], model.marginal(c), n) for c in candidates], dtype=object)
         sensitivity = 2 * max_rows * (2**_FIXED + max(marginals[c].size for c in candidates))
         chosen = candidates[exponential_mechanism(scores, epsilon=each, sensitivity=sensitivity, rng=source)]
         releases.append(Release.exponential_mechanism(each, f"MWEM select {chosen}"))
-        noisy[chosen] = discrete_laplace_mechanism(marginals[chosen], epsilon=each, sensitivity=max_rows, rng=source)
+        noisy = discrete_laplace_mechanism(marginals[chosen], epsilon=each, sensitivity=max_rows, rng=source)
         releases.append(Release.pure(each, f"MWEM measure {chosen}"))
         measured.append(chosen)
-        _update(model, chosen, noisy)
-    size = max(1, round(float(np.mean([m.sum() for m in noisy.values()]))))
-    return MwemResult(model, measured, releases, size)
+        targets[chosen] = _target(noisy, max_rows / each, model.marginal(chosen), size)
+        _update(model, chosen, targets)
+    return MwemResult(model, measured, releases, max(1, round(size)))
 
 
 def _score(true_counts: np.ndarray, model_probabilities: np.ndarray, n: int) -> int:
@@ -167,17 +205,16 @@ def _score(true_counts: np.ndarray, model_probabilities: np.ndarray, n: int) -> 
     return int(np.abs(true_counts.ravel().astype(object) * 2**_FIXED - n * fixed).sum())
 
 
-def _update(model: FactoredModel, chosen: tuple[str, ...], noisy: dict) -> None:
-    """Post-processing: move the component holding ``chosen`` towards every noisy marginal inside it.
+def _update(model: FactoredModel, chosen: tuple[str, ...], targets: dict) -> None:
+    """Post-processing: move the component holding ``chosen`` onto every target marginal inside it.
 
     A multiplicative update with the largest step, iterative proportional fitting: each pass
-    rescales the component so its marginal matches a measurement (negative noisy counts clipped
-    to 0). The plain MWEM step exp((y - n P) / 2n) is too small to move sparse marginals at all.
+    rescales the component so its marginal matches a target. The plain MWEM step
+    exp((y - n P) / 2n) is too small to move sparse marginals at all.
     """
     index = model.merge(chosen)
     names, table = model.components[index]
-    total = max(1.0, float(np.mean([y.sum() for y in noisy.values()])))
-    inside = [(c, _project_to_simplex(y / total)) for c, y in noisy.items() if set(c) <= set(names)]
+    inside = [(c, target) for c, target in targets.items() if set(c) <= set(names)]
     for _ in range(_UPDATE_PASSES):
         for columns, target in inside:
             current = model.marginal(columns)
@@ -187,6 +224,23 @@ def _update(model: FactoredModel, chosen: tuple[str, ...], noisy: dict) -> None:
             table = table * np.transpose(ratio, np.argsort(axes)).reshape(shape)
             table /= table.sum()
             model.components[index] = (names, table)
+
+
+def _target(noisy: np.ndarray, scale: float, prior: np.ndarray, size: float) -> np.ndarray:
+    """The distribution a measured marginal should have: its noisy counts where they stand out
+    of the noise, the model's own shape (``prior``) for the rest of the mass (post-processing).
+
+    A cell stands out if its noisy count exceeds scale * (ln(cells) + 2), which noise alone
+    reaches in any cell with probability about e^-2 / 2. Keeping noisy values only there is
+    what stops a marginal measured on few rows from replacing the model with noise.
+    """
+    significant = noisy >= scale * (math.log(noisy.size) + 2)
+    measured = np.where(significant, noisy / size, 0.0)
+    if measured.sum() >= 1 or significant.all():
+        return _project_to_simplex(measured / max(measured.sum(), 1e-300) if significant.all() else measured)
+    rest = np.where(significant, 0.0, prior)
+    spread = rest / rest.sum() if rest.sum() > 0 else (~significant) / (~significant).sum()
+    return measured + (1 - measured.sum()) * spread
 
 
 def _project_to_simplex(v: np.ndarray) -> np.ndarray:
