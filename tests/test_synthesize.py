@@ -128,3 +128,11 @@ def test_a_bad_domain_file_is_one_line(tmp_path, domain):
     args = {"--input": str(tmp_path / "d.csv"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
             "--output": str(tmp_path / "s.csv")}  # fmt: skip
     assert_usage_error("pipelines.synthesize", args, "domain.json")
+
+
+def test_progress_bar_draws_the_share_spent(capsys):
+    show = synthesize._progress_bar()
+    show(0.5)
+    show(1.0)
+    err = capsys.readouterr().err
+    assert "\rAIM [" + "#" * 15 + "." * 15 + "]  50% of rho" in err and err.endswith("100% of rho\n")
