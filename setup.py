@@ -38,4 +38,5 @@ setup(
         # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed.
         "bench": ["opendp[mbi]>=0.16", "pipeline-dp>=0.2.1"],
     },
+    entry_points={"console_scripts": ["beam-expmech = pipelines.cli:main"]},
 )

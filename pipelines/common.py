@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import posixpath
 import sys
@@ -13,6 +14,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_expmech import io
+from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.ledger import Ledger, OverspendError
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -23,6 +26,7 @@ from beam_expmech.transforms import (
 )
 
 USAGE_ERROR = 2
+BUDGET_ERROR = 3
 
 
 def add_input_flags(parser: argparse.ArgumentParser) -> None:
@@ -41,10 +45,29 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epsilon", type=float, required=True, help="the privacy guarantee of this release")
     parser.add_argument("--privacy-unit", help="the column that identifies a person (default: each row is one)")
     parser.add_argument("--max-rows-per-unit", type=int, help="rows kept per privacy unit (with --privacy-unit)")
+    parser.add_argument("--budget-ledger", help="ledger file (local or gs://) that counts every release of a dataset")
+    parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
 
 
+def charge(
+    args: argparse.Namespace, release: Release, pipeline: str, *, delta: float = 0.0
+) -> contextlib.AbstractContextManager:
+    """Charge ``release`` to this run's (--epsilon, delta) budget and, with --budget-ledger, reserve
+    it for --dataset-id now, before any data is read; the ledger marks it done or failed when
+    the block ends. Raises (nothing spent) if it does not fit."""
+    PrivacyBudget(epsilon=args.epsilon, delta=delta).charge(release)
+    if args.budget_ledger is None:
+        return contextlib.nullcontext()
+    parameters = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    return Ledger(args.budget_ledger).charged(
+        args.dataset_id, release, pipeline=pipeline, parameters=parameters, output=getattr(args, "output", None)
+    )
+
+
 def check_unit_flags(args: argparse.Namespace) -> None:
+    if (args.budget_ledger is None) != (args.dataset_id is None):
+        raise ValueError("--budget-ledger and --dataset-id go together")
     if (args.privacy_unit is None) != (args.max_rows_per_unit is None):
         raise ValueError("--privacy-unit and --max-rows-per-unit go together")
     if args.max_rows_per_unit is not None and args.max_rows_per_unit < 1:
@@ -161,3 +184,6 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except (io.InputError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except OverspendError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BUDGET_ERROR

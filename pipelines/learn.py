@@ -21,7 +21,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_expmech import halfspaces, io
-from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import accuracy_bound, exponential_mechanism
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalCounts
@@ -96,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     files = common.check_input(args, specs)
 
-    budget = PrivacyBudget(epsilon=args.epsilon)
-    budget.charge(Release.exponential_mechanism(args.epsilon, f"halfspace over {len(features)} features"))
+    cost = Release.exponential_mechanism(args.epsilon, f"halfspace over {len(features)} features")
     public = {
         "features": features,
         "label": args.label,
@@ -120,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         public=public,
         seed=args.seed,
     )
-    released = common.run_counting_job(args, beam_args, files, specs, family, release)
+    with common.charge(args, cost, "learn"):  # before any row is read
+        released = common.run_counting_job(args, beam_args, files, specs, family, release)
     print(
         f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "
         f"candidates by the exponential mechanism, epsilon={args.epsilon:g}; release {args.output}"

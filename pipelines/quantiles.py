@@ -21,7 +21,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_expmech import io, parameters
-from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.joint_quantiles import joint_quantiles
 from beam_expmech.mechanisms.quantile import private_quantile, rank_error_bound
 from beam_expmech.mechanisms.randomness import random_source
@@ -102,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     files = common.check_input(args, specs)
 
     max_rows = args.max_rows_per_unit or 1
-    budget = PrivacyBudget(epsilon=epsilon)
-    budget.charge(Release.exponential_mechanism(epsilon, f"{len(quantiles)} quantiles of {args.column}"))
+    cost = Release.exponential_mechanism(epsilon, f"{len(quantiles)} quantiles of {args.column}")
     each = epsilon / len(quantiles)
     if args.method == "joint":
         mechanism = "JointExp: one exponential mechanism over all the sorted quantiles (Gillenwater et al. 2021)"
@@ -141,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         public=public,
         seed=args.seed,
     )
-    released = common.run_counting_job(args, beam_args, files, specs, family, release)
+    with common.charge(args, cost, "quantiles"):  # before any row is read
+        released = common.run_counting_job(args, beam_args, files, specs, family, release)
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())
     print(f"{values}: {len(quantiles)} quantiles of {args.column}, epsilon={epsilon:g}; release {args.output}")
     return 0

@@ -19,7 +19,7 @@ import sys
 import apache_beam as beam
 
 from beam_expmech import io
-from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import PrivateSelect
@@ -77,10 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     specs = [spec, *common.unit_specs(args)]
     files = common.check_input(args, specs)
 
-    # Charged before any row is read; later issues keep this budget in a ledger across runs.
-    budget = PrivacyBudget(epsilon=args.epsilon)
     release = Release.exponential_mechanism if args.mechanism == "exponential" else Release.pure
-    budget.charge(release(args.epsilon, f"top-{args.top_k} of {args.column}"))
+    cost = release(args.epsilon, f"top-{args.top_k} of {args.column}")
     loss = accuracy_bound(
         epsilon=args.epsilon / args.top_k,
         sensitivity=sensitivity,
@@ -101,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         "private_randomness": args.seed is None,
     }
     release_selection = select | "Labels" >> beam.Map(lambda chosen: {"selected": family.labels(chosen), **public})
-    released = common.run_counting_job(args, beam_args, files, specs, family, release_selection)
+    with common.charge(args, cost, "select"):  # before any row is read
+        released = common.run_counting_job(args, beam_args, files, specs, family, release_selection)
 
     print(
         f"selected {', '.join(released['selected'])}: top-{args.top_k} of {family.num_candidates} candidates by "

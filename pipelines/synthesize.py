@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from beam_expmech import io, parameters
-from beam_expmech.accounting import PrivacyBudget, Release, epsilon_to_zcdp
+from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth import blr
@@ -158,20 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     files = common.check_input(args, specs)
 
     if args.method == "aim":
-        budget = PrivacyBudget(epsilon=args.epsilon, delta=args.delta)
         args.rho = epsilon_to_zcdp(args.epsilon, delta=args.delta)
-        budget.charge(Release.zcdp(args.rho, "synthetic data by aim"))  # before any row is read
+        cost, delta = Release.zcdp(args.rho, "synthetic data by aim"), args.delta
     else:
-        budget = PrivacyBudget(epsilon=args.epsilon)
-        budget.charge(Release.pure(args.epsilon, f"synthetic data by {args.method}"))
+        cost, delta = Release.pure(args.epsilon, f"synthetic data by {args.method}"), 0.0
     release = GatherCounts() | "Generate" >> beam.Map(
         generate, family=family, args=args, columns=columns, domain=domain
     )
     output = args.output
     labels = {c: v for c, v in described.items() if not isinstance(v, int)}
-    common.run_counting_job(
-        args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output, labels)
-    )
+    with common.charge(args, cost, "synthesize", delta=delta):  # before any row is read
+        common.run_counting_job(
+            args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output, labels)
+        )
     manifest = io.read_json(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
     print(

@@ -1,0 +1,234 @@
+"""A privacy-budget ledger that survives runs and races: every release over a dataset's lifetime is counted.
+
+One JSON document (local path or gs://) holds, per dataset id, the total budget (set once) and
+every release charged to it: time, pipeline, parameters, epsilon, rho, output, status. A run
+reserves its charge before it reads any data (``reserve``); the charge stays whatever happens
+next, since the data may have been touched, and ``finish`` only marks the release done or
+failed. Composition is ``accounting.PrivacyBudget``'s, so a ledger and a single run agree.
+
+Concurrency: every change is read, modify, write-if-unchanged, retried on conflict.
+- Local: an exclusive ``fcntl`` lock on PATH.lock around the read and an atomic rename.
+- gs://: the object's generation as a precondition (compare-and-swap); a concurrent writer
+  makes the upload fail with 412 and the change is retried from a fresh read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+from beam_expmech import io
+from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release
+
+_VERSION = 1
+
+
+class LedgerError(ValueError):
+    """The ledger cannot do what was asked (no such dataset, budget already set, unreadable file)."""
+
+
+class OverspendError(RuntimeError):
+    """A run would take a dataset past its budget; nothing was charged."""
+
+    def __init__(self, dataset_id: str, budget: PrivacyBudget, release: Release):
+        asked = f"epsilon={release.epsilon:g}" if release.epsilon is not None else f"rho={release.rho:g} (zCDP)"
+        super().__init__(
+            f"dataset {dataset_id!r}: {budget.remaining():g} of its epsilon={budget.epsilon:g} "
+            f"(delta={budget.delta:g}) remains, and this run asks for {asked}: refused, nothing spent"
+        )
+
+
+class Ledger:
+    """The budget ledger at ``path`` (local, or gs://bucket/object)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._store = _GcsStore(path) if path.startswith("gs://") else _LocalStore(path)
+
+    def init(self, dataset_id: str, *, epsilon: float, delta: float = 0.0) -> None:
+        """Set the total budget of ``dataset_id``, once; setting it again is refused."""
+        PrivacyBudget(epsilon=epsilon, delta=delta)  # validates both
+
+        def change(document: dict) -> None:
+            if dataset_id in document["datasets"]:
+                raise LedgerError(f"dataset {dataset_id!r} already has a budget in {self.path}")
+            document["datasets"][dataset_id] = {
+                "epsilon": epsilon,
+                "delta": delta,
+                "created": _now(),
+                "releases": [],
+            }
+
+        self._store.update(change)
+
+    def reserve(self, dataset_id: str, release: Release, *, pipeline: str, parameters: dict, output: str | None) -> str:
+        """Charge ``release`` to ``dataset_id`` before the data is read; the record's id.
+
+        Raises ``OverspendError`` (recording nothing) when it would overspend.
+        """
+        record_id = uuid.uuid4().hex
+
+        def change(document: dict) -> None:
+            dataset = self._dataset(document, dataset_id)
+            budget = budget_of(dataset)
+            try:
+                budget.charge(release)  # before anything is written
+            except BudgetExceededError:
+                raise OverspendError(dataset_id, budget, release) from None
+            dataset["releases"].append(
+                {
+                    "id": record_id,
+                    "time": _now(),
+                    "pipeline": pipeline,
+                    "parameters": parameters,
+                    "label": release.label,
+                    "epsilon": release.epsilon,
+                    "rho": release.rho,
+                    "output": output,
+                    "status": "reserved",
+                }
+            )
+
+        self._store.update(change)
+        return record_id
+
+    def finish(self, dataset_id: str, record_id: str, status: str) -> None:
+        """Mark a reserved release ``done`` or ``failed``; its charge stays either way."""
+        if status not in ("done", "failed"):
+            raise ValueError(f"status must be done or failed, got {status!r}")
+
+        def change(document: dict) -> None:
+            for record in self._dataset(document, dataset_id)["releases"]:
+                if record["id"] == record_id:
+                    record["status"] = status
+                    return
+            raise LedgerError(f"no release {record_id} for dataset {dataset_id!r}")
+
+        self._store.update(change)
+
+    def dataset(self, dataset_id: str) -> dict:
+        """The dataset's budget and releases, as stored."""
+        return self._dataset(self._store.read()[0], dataset_id)
+
+    @contextlib.contextmanager
+    def charged(self, dataset_id: str, release: Release, **details) -> Iterator[str]:
+        """Reserve ``release``, run the block, then mark it done, or failed if the block raises."""
+        record_id = self.reserve(dataset_id, release, **details)
+        try:
+            yield record_id
+        except BaseException:
+            self.finish(dataset_id, record_id, "failed")
+            raise
+        self.finish(dataset_id, record_id, "done")
+
+    def _dataset(self, document: dict, dataset_id: str) -> dict:
+        if dataset_id not in document["datasets"]:
+            raise LedgerError(
+                f"dataset {dataset_id!r} has no budget in {self.path} "
+                f"(set one with: python -m pipelines.ledger init --budget-ledger {self.path} --dataset-id {dataset_id} "
+                "--epsilon E)"
+            )
+        return document["datasets"][dataset_id]
+
+
+def budget_of(dataset: dict) -> PrivacyBudget:
+    """The dataset's budget with every recorded release charged to it, failed ones included."""
+    budget = PrivacyBudget(epsilon=dataset["epsilon"], delta=dataset["delta"])
+    for record in dataset["releases"]:
+        budget.charge(Release(record["label"], record["epsilon"], record["rho"]))
+    return budget
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _empty() -> dict:
+    return {"version": _VERSION, "datasets": {}}
+
+
+def _parse(data: bytes | None, path: str) -> dict:
+    if data is None:
+        return _empty()
+    try:
+        document = json.loads(data)
+    except ValueError:
+        raise LedgerError(f"{path}: not a valid ledger (not JSON)") from None
+    if not isinstance(document, dict) or document.get("version") != _VERSION:
+        raise LedgerError(f"{path}: not a ledger of version {_VERSION}")
+    return document
+
+
+def _encode(document: dict) -> bytes:
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+
+
+class _LocalStore:
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> tuple[dict, None]:
+        try:
+            with open(self.path, "rb") as handle:
+                return _parse(handle.read(), self.path), None
+        except FileNotFoundError:
+            return _empty(), None
+
+    def update(self, change: Callable[[dict], None]) -> None:
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even on a crash
+            document, _ = self.read()
+            change(document)
+            io.write_atomically(self.path, _encode(document))
+
+
+class _GcsStore:
+    _ATTEMPTS = 50
+
+    def __init__(self, path: str):
+        from google.cloud import storage
+
+        bucket, _, name = path[len("gs://") :].partition("/")
+        if not bucket or not name:
+            raise LedgerError(f"{path}: a gs:// ledger needs a bucket and an object name")
+        self.path = path
+        client = (
+            storage.Client.create_anonymous_client() if os.environ.get("STORAGE_EMULATOR_HOST") else storage.Client()
+        )
+        self._bucket = client.bucket(bucket)
+        self._name = name
+
+    def read(self) -> tuple[dict, int]:
+        """The document and its generation (0: no object yet)."""
+        blob = self._bucket.get_blob(self._name)
+        if blob is None:
+            return _empty(), 0
+        return _parse(blob.download_as_bytes(if_generation_match=blob.generation), self.path), blob.generation
+
+    def update(self, change: Callable[[dict], None]) -> None:
+        from google.api_core import exceptions
+
+        for attempt in range(self._ATTEMPTS):
+            try:
+                document, generation = self.read()
+            except exceptions.PreconditionFailed:  # changed between listing and download
+                continue
+            change(document)
+            try:
+                self._bucket.blob(self._name).upload_from_string(
+                    _encode(document), content_type="application/json", if_generation_match=generation
+                )
+                return
+            except exceptions.PreconditionFailed:  # someone else wrote first: start again from their version
+                time.sleep(random.uniform(0, 0.05 * 2 ** min(attempt, 5)))
+        raise LedgerError(f"{self.path}: gave up after {self._ATTEMPTS} conflicting writes")
+
+
+__all__ = ["Ledger", "LedgerError", "OverspendError", "budget_of"]

@@ -1,0 +1,37 @@
+"""``beam-expmech COMMAND [flags]``: every pipeline under one command.
+
+The flags are those of ``python -m pipelines.COMMAND``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from pipelines import common
+
+COMMANDS = {
+    "select": "private top-k selection",
+    "quantiles": "private quantiles",
+    "learn": "the private halfspace learner",
+    "synthesize": "private synthetic data",
+    "ledger": "the privacy-budget ledger (init, show)",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        if argv and argv[0] in ("-h", "--help"):
+            print("usage: beam-expmech COMMAND [flags]   (beam-expmech COMMAND --help for its flags)")
+            for name, text in COMMANDS.items():
+                print(f"  {name:<11} {text}")
+            return 0
+        print(f"error: beam-expmech: choose a command: {', '.join(COMMANDS)} (see --help)", file=sys.stderr)
+        return common.USAGE_ERROR
+    module = importlib.import_module(f"pipelines.{argv[0]}")
+    return common.run_cli(module.main, argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The budget ledger: set once, reserve before reading, refuse overspending, survive races and failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from beam_data import purchases, write
+
+from beam_expmech.accounting import Release
+from beam_expmech.ledger import Ledger, LedgerError, OverspendError, budget_of
+from pipelines import common, select
+from pipelines import ledger as ledger_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# One process: reserve 1.0 of the dataset's budget; exit 3 when refused.
+RESERVE = """
+import sys
+from beam_expmech.accounting import Release
+from beam_expmech.ledger import Ledger, OverspendError
+try:
+    Ledger(sys.argv[1]).reserve("d", Release.pure(1.0, "one"), pipeline="test", parameters={}, output=None)
+except OverspendError:
+    sys.exit(3)
+"""
+
+
+def test_budget_is_set_once_and_every_release_is_recorded(tmp_path):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=2.0)
+    with pytest.raises(LedgerError, match="already has a budget"):
+        ledger.init("d", epsilon=9.0)
+    first = ledger.reserve("d", Release.pure(0.5, "a"), pipeline="select", parameters={"k": 1}, output="o.json")
+    ledger.finish("d", first, "done")
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        ledger.charged("d", Release.exponential_mechanism(1.0, "b"), pipeline="learn", parameters={}, output=None),
+    ):
+        raise RuntimeError("boom")
+    dataset = ledger.dataset("d")
+    assert [(r["pipeline"], r["status"]) for r in dataset["releases"]] == [("select", "done"), ("learn", "failed")]
+    assert budget_of(dataset).spent() == pytest.approx(1.5)  # the failed run keeps its charge
+    with pytest.raises(OverspendError, match=r"dataset 'd': 0\.5 of its epsilon=2 .* asks for epsilon=0\.6"):
+        ledger.reserve("d", Release.pure(0.6, "c"), pipeline="select", parameters={}, output=None)
+    assert len(ledger.dataset("d")["releases"]) == 2  # the refused run recorded nothing
+    with pytest.raises(LedgerError, match="has no budget"):
+        ledger.reserve("other", Release.pure(0.1, "x"), pipeline="select", parameters={}, output=None)
+
+
+def test_zcdp_releases_need_a_delta_and_compose_in_rho(tmp_path):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=1.0, delta=1e-9)
+    ledger.reserve("d", Release.zcdp(0.01, "aim"), pipeline="synthesize", parameters={}, output=None)
+    with pytest.raises(OverspendError):
+        ledger.reserve("d", Release.zcdp(0.01, "aim"), pipeline="synthesize", parameters={}, output=None)
+
+
+def run_concurrently(path: str, processes: int) -> list[int]:
+    command = [sys.executable, "-c", RESERVE, path]
+    running = [subprocess.Popen(command, cwd=ROOT) for _ in range(processes)]
+    return sorted(p.wait(timeout=120) for p in running)
+
+
+def test_eight_concurrent_runs_never_overspend_a_local_ledger(tmp_path):
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("d", epsilon=5.0)
+    assert run_concurrently(path, 8) == [0] * 5 + [3] * 3
+    dataset = json.loads(Path(path).read_text())["datasets"]["d"]  # valid JSON, no charge lost
+    assert len(dataset["releases"]) == 5 and budget_of(dataset).spent() == pytest.approx(5.0)
+
+
+def test_a_gs_ledger_on_the_emulator(gcs_emulator):
+    path = "gs://test-bucket/ledgers/budget.json"
+    ledger = Ledger(path)
+    ledger.init("d", epsilon=2.0)
+    for _ in range(2):
+        ledger.reserve("d", Release.pure(1.0, "one"), pipeline="test", parameters={}, output=None)
+    with pytest.raises(OverspendError):
+        ledger.reserve("d", Release.pure(1.0, "one"), pipeline="test", parameters={}, output=None)
+    assert len(Ledger(path).dataset("d")["releases"]) == 2
+
+
+def emulator_enforces_preconditions(client) -> bool:
+    from google.api_core import exceptions
+
+    blob = client.bucket("test-bucket").blob("probe/generation")
+    blob.upload_from_string(b"1")
+    try:
+        client.bucket("test-bucket").blob("probe/generation").upload_from_string(b"2", if_generation_match=0)
+    except exceptions.PreconditionFailed:
+        return True
+    return False
+
+
+def test_eight_concurrent_runs_never_overspend_a_gs_ledger(gcs_emulator):
+    if not emulator_enforces_preconditions(gcs_emulator):
+        pytest.skip("this gcp-storage-emulator ignores ifGenerationMatch, so it cannot referee a compare-and-swap")
+    path = "gs://test-bucket/ledgers/race.json"
+    Ledger(path).init("d", epsilon=5.0)
+    assert run_concurrently(path, 8) == [0] * 5 + [3] * 3
+    assert len(Ledger(path).dataset("d")["releases"]) == 5
+
+
+def test_pipelines_reserve_before_reading_and_exit_3_when_spent(tmp_path, capsys, monkeypatch):
+    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", path, "--dataset-id", "shop", "--epsilon", "1.5"]) == 0
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", "--output", str(tmp_path / "r.json"),
+            "--budget-ledger", path, "--dataset-id", "shop"]  # fmt: skip
+    assert select.main(args) == 0
+    capsys.readouterr()
+    assert common.run_cli(select.main, args) == 3
+    assert "dataset 'shop': 0.5 of its epsilon=1.5" in capsys.readouterr().err
+    monkeypatch.setattr(common, "run_counting_job", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
+    args[args.index("--epsilon") + 1] = "0.5"
+    with pytest.raises(OSError):
+        select.main(args)
+    assert ledger_cli.main(["show", "--budget-ledger", path, "--dataset-id", "shop"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count(" done ") == 1 and shown.count(" failed ") == 1 and "remaining 0" in shown
+    assert common.run_cli(select.main, [*args[:-4], "--budget-ledger", path]) == 2  # --dataset-id missing
+
+
+def test_the_console_script_runs_every_command(tmp_path):
+    script = str(Path(sys.executable).with_name("beam-expmech"))
+    path = str(tmp_path / "ledger.json")
+    done = subprocess.run([script, "ledger", "init", "--budget-ledger", path, "--dataset-id", "d", "--epsilon", "3"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "budget epsilon=3" in done.stdout
+    shown = subprocess.run([script, "ledger", "show", "--budget-ledger", path, "--dataset-id", "d"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert "spent 0, remaining 3" in shown.stdout
+    wrong = subprocess.run([script, "selec"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "choose a command" in wrong.stderr
