@@ -15,7 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_expmech import io
 from beam_expmech.accounting import PrivacyBudget, Release
-from beam_expmech.ledger import Ledger, OverspendError
+from beam_expmech.ledger import Ledger, OverspendError, budget_of
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -42,11 +42,14 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--epsilon", type=float, required=True, help="the privacy guarantee of this release")
+    parser.add_argument(
+        "--epsilon", type=float, required=True, help="the release's privacy loss bound (smaller: more private, noisier)"
+    )
     parser.add_argument("--privacy-unit", help="the column that identifies a person (default: each row is one)")
     parser.add_argument("--max-rows-per-unit", type=int, help="rows kept per privacy unit (with --privacy-unit)")
     parser.add_argument("--budget-ledger", help="ledger file (local or gs://) that counts every release of a dataset")
     parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan; read no data, spend nothing")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
 
 
@@ -63,6 +66,28 @@ def charge(
     return Ledger(args.budget_ledger).charged(
         args.dataset_id, release, pipeline=pipeline, parameters=parameters, output=getattr(args, "output", None)
     )
+
+
+def dry_run(args: argparse.Namespace, release: Release, files: Sequence[str], plan: dict) -> bool:
+    """With --dry-run, print what the run would do and spend (and the ledger's remaining budget)."""
+    if not args.dry_run:
+        return False
+    unit = "each row" if args.privacy_unit is None else f"{args.privacy_unit}, at most {args.max_rows_per_unit} rows"
+    cost = f"epsilon={release.epsilon:g}" if release.epsilon is not None else "no pure epsilon"
+    lines = [
+        "dry run: no data read, nothing spent",
+        f"  input: {len(files)} file(s) matching {args.input}",
+        f"  privacy unit: {unit}",
+        f"  cost: {cost}, rho={release.rho:.6g} ({release.label})",
+        *(f"  {key}: {json.dumps(value)}" for key, value in plan.items()),
+    ]
+    if args.budget_ledger is not None:
+        budget = budget_of(Ledger(args.budget_ledger).dataset(args.dataset_id))
+        lines.append(
+            f"  ledger: dataset {args.dataset_id!r} has {budget.remaining():g} of epsilon={budget.epsilon:g} left"
+        )
+    print("\n".join(lines))
+    return True
 
 
 def check_unit_flags(args: argparse.Namespace) -> None:

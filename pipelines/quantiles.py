@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         public=public,
         seed=args.seed,
     )
+    if common.dry_run(args, cost, files, public):
+        return 0
     with common.charge(args, cost, "quantiles"):  # before any row is read
         released = common.run_counting_job(args, beam_args, files, specs, family, release)
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())

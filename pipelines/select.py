@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         "private_randomness": args.seed is None,
     }
     release_selection = select | "Labels" >> beam.Map(lambda chosen: {"selected": family.labels(chosen), **public})
+    if common.dry_run(args, cost, files, public):
+        return 0
     with common.charge(args, cost, "select"):  # before any row is read
         released = common.run_counting_job(args, beam_args, files, specs, family, release_selection)
 

@@ -167,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     output = args.output
     labels = {c: v for c, v in described.items() if not isinstance(v, int)}
+    plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
+            "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells"}  # fmt: skip
+    if common.dry_run(args, cost, files, plan):
+        return 0
     with common.charge(args, cost, "synthesize", delta=delta):  # before any row is read
         common.run_counting_job(
             args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output, labels)

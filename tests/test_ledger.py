@@ -137,3 +137,18 @@ def test_the_console_script_runs_every_command(tmp_path):
     assert "spent 0, remaining 3" in shown.stdout
     wrong = subprocess.run([script, "selec"], capture_output=True, text=True)
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "choose a command" in wrong.stderr
+
+
+def test_dry_run_prints_the_plan_and_spends_nothing(tmp_path, capsys):
+    write(purchases(500), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=2.0)
+    out = tmp_path / "r.json"
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
+            "--dry-run"]  # fmt: skip
+    assert select.main(args) == 0
+    plan = capsys.readouterr().out
+    assert "no data read, nothing spent" in plan and "dataset 'shop' has 2 of epsilon=2 left" in plan
+    assert '"loss_per_pick"' in plan and "cost: epsilon=1" in plan
+    assert not out.exists() and Ledger(path).dataset("shop")["releases"] == []
