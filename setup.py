@@ -34,6 +34,8 @@ setup(
             "ruff>=0.5",
             # A real GCS server on 127.0.0.1 for the gs:// tests (started by the tests themselves).
             "gcp-storage-emulator>=2024.8.3",
+            # pip wheel --no-build-isolation in the packaging test.
+            "wheel>=0.43",
         ],
         # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed.
         "bench": ["opendp[mbi]>=0.16", "pipeline-dp>=0.2.1"],

@@ -35,7 +35,18 @@ def add_input_flags(parser: argparse.ArgumentParser) -> None:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (``error: ...``, exit 2), not the whole usage text."""
+    """argparse, but a bad flag is one line (``error: ...``, exit 2), not the whole usage text.
+
+    Every ``--some-flag`` is also accepted as ``--some_flag`` (not shown in --help): Dataflow
+    Flex Template parameter names use underscores.
+    """
+
+    def _add_action(self, action: argparse.Action) -> argparse.Action:
+        action = super()._add_action(action)
+        for name in action.option_strings:
+            if name.startswith("--") and "-" in name[2:]:
+                self._option_string_actions["--" + name[2:].replace("-", "_")] = action
+        return action
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"error: {self.prog}: {message} (see --help)\n")
@@ -168,6 +179,33 @@ def check_input(args: argparse.Namespace, specs: Sequence[io.ColumnSpec]) -> lis
     return files
 
 
+def counting_pipeline(
+    args: argparse.Namespace,
+    beam_args: list[str],
+    files: Sequence[str],
+    specs: Sequence[io.ColumnSpec],
+    family: PredicateFamily,
+    release: beam.PTransform,
+    write: Callable[[object], None],
+) -> beam.Pipeline:
+    """The job's graph, not yet run: read, validate, bound, count ``family``, apply ``release``, ``write`` it.
+
+    ``release`` turns col: (candidate shard, counts) into one element: the only thing that
+    leaves the pipeline.
+    """
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    batches = read_valid_batches(pipeline, files, args.format, specs, args.output)
+    if args.privacy_unit:
+        batches = batches | "Bound" >> BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
+    _ = (
+        batches
+        | "Count" >> PredicateCounts(family)  # col: (shard, counts)
+        | "Release" >> release  # col: dict, once
+        | "Write" >> beam.Map(write)
+    )
+    return pipeline
+
+
 def run_counting_job(
     args: argparse.Namespace,
     beam_args: list[str],
@@ -177,11 +215,10 @@ def run_counting_job(
     release: beam.PTransform,
     write: Callable[[object], None] | None = None,
 ) -> dict | None:
-    """Read, validate, bound, count ``family``, apply ``release`` and write what it makes.
+    """Build ``counting_pipeline`` and run it to the end.
 
-    ``release`` turns col: (candidate shard, counts) into one element: the only thing that
-    leaves the pipeline. By default that is a JSON-ready dict, written to --output and
-    returned as read back; ``write`` replaces that (and nothing is returned).
+    By default the release is a JSON-ready dict, written to --output and returned as read back;
+    ``write`` replaces that (and nothing is returned).
     """
     output, as_json = args.output, write is None
     if as_json:
@@ -189,16 +226,7 @@ def run_counting_job(
         def write(payload):
             io.write_json(output, payload)
 
-    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        batches = read_valid_batches(pipeline, files, args.format, specs, output)
-        if args.privacy_unit:
-            batches = batches | "Bound" >> BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
-        _ = (
-            batches
-            | "Count" >> PredicateCounts(family)  # col: (shard, counts)
-            | "Release" >> release  # col: dict, once
-            | "Write" >> beam.Map(write)
-        )
+    counting_pipeline(args, beam_args, files, specs, family, release, write).run().wait_until_finish()
     return io.read_json(output) if as_json else None
 
 

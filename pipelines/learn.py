@@ -31,7 +31,8 @@ from pipelines import common
 BETA = 0.05
 
 
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+def build_parser() -> common.ArgumentParser:
+    """The command line (also read by the Dataflow template tests)."""
     parser = common.ArgumentParser(prog="python -m pipelines.learn", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument("--features", required=True, help="comma-separated bit columns x_1 .. x_d")
@@ -42,11 +43,15 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     candidates.add_argument("--candidates", help="a file of weight vectors, one comma-separated line each")
     common.add_privacy_flags(parser)
     parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     argv, bound = list(sys.argv[1:] if argv is None else argv), []
     while argv:  # "--weights -1,0,1" reads to argparse like an option: bind the value explicitly
         token = argv.pop(0)
         bound.append(f"--weights={argv.pop(0)}" if token == "--weights" and argv else token)
-    return parser.parse_known_args(bound)
+    return build_parser().parse_known_args(bound)
 
 
 def candidate_matrix(args: argparse.Namespace, num_features: int) -> np.ndarray:

@@ -33,7 +33,8 @@ BETA = 0.05
 JOINT_BINS = 1024
 
 
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+def build_parser() -> common.ArgumentParser:
+    """The command line (also read by the Dataflow template tests)."""
     parser = common.ArgumentParser(prog="python -m pipelines.quantiles", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the numeric column")
@@ -52,7 +53,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         "tied values (integer codes) use independent.",
     )
     parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
-    return parser.parse_known_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    return build_parser().parse_known_args(argv)
 
 
 def parse_quantiles(text: str) -> list[float]:

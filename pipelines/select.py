@@ -28,7 +28,8 @@ from pipelines import common
 BETA = 0.05
 
 
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+def build_parser() -> common.ArgumentParser:
+    """The command line (also read by the Dataflow template tests)."""
     parser = common.ArgumentParser(prog="python -m pipelines.select", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the column whose values are the candidates")
@@ -39,7 +40,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--top-k", type=int, default=1, help="how many candidates to select (default 1)")
     parser.add_argument("--mechanism", choices=("exponential", "permute-and-flip"), default="exponential")
     parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
-    return parser.parse_known_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    return build_parser().parse_known_args(argv)
 
 
 def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, io.ColumnSpec]:

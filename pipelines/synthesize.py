@@ -38,7 +38,8 @@ from beam_expmech.transforms import GatherCounts
 from pipelines import common
 
 
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+def build_parser() -> common.ArgumentParser:
+    """The command line (also read by the Dataflow template tests)."""
     parser = common.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
     common.add_input_flags(parser)
     parser.add_argument(
@@ -54,7 +55,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size; required for blr)")
     parser.add_argument("--rounds", type=int, help="mwem: rounds (default 20); aim: first rounds' budget share")
     parser.add_argument("--output", required=True, help="OUT.parquet or OUT.csv (local or gs://)")
-    return parser.parse_known_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    return build_parser().parse_known_args(argv)
 
 
 def manifest_path(output: str) -> str:
