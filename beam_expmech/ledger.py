@@ -18,7 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
-import random
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -227,7 +227,7 @@ class _GcsStore:
                 )
                 return
             except exceptions.PreconditionFailed:  # someone else wrote first: start again from their version
-                time.sleep(random.uniform(0, 0.05 * 2 ** min(attempt, 5)))
+                time.sleep(secrets.randbelow(1000) / 1000 * 0.05 * 2 ** min(attempt, 5))  # jitter
         raise LedgerError(f"{self.path}: gave up after {self._ATTEMPTS} conflicting writes")
 
 

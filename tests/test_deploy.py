@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -35,6 +36,7 @@ def test_template_metadata_matches_the_command_line(pipeline):
 
 
 def test_the_wheel_holds_the_library_and_the_pipelines(tmp_path):
+    shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools' own scratch: stale files would enter the wheel
     subprocess.run(
         [
             sys.executable,

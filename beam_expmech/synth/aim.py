@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,18 +36,11 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import discrete_gaussian
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, random_source
+from beam_expmech.synth import SynthesisResult, check_workload
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, model_cells
 
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
 _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
-
-
-@dataclass
-class AimResult:
-    model: GraphicalModel
-    measured: list[tuple[str, ...]]  # every marginal measured, in order (a private output)
-    releases: list[Release]  # what was spent, for the budget
-    rows: int  # the noisy size estimate (a private output)
 
 
 def aim(
@@ -64,7 +56,7 @@ def aim(
     one_way_share: float = 0.5,
     rng: RandomLike = None,
     progress: Callable[[float], None] | None = None,
-) -> AimResult:
+) -> SynthesisResult:
     """Run AIM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
 
     ``rounds`` (default 16 d) sets the first rounds' budget, rho / rounds each; annealing
@@ -74,11 +66,7 @@ def aim(
     rho = parameters.positive_finite(rho, "rho")
     max_rows = parameters.count(max_rows, "max_rows")
     rounds = parameters.count(rounds or 16 * len(domain), "rounds")
-    if not marginals:
-        raise ValueError("the workload has no marginal")
-    for columns, counts in marginals.items():
-        if counts.shape != tuple(domain[c] for c in columns):
-            raise ValueError(f"marginal {columns} does not match the domain")
+    check_workload(marginals, domain)
     if model_cells(domain, [(c,) for c in domain]) > max_cells:
         raise ValueError(f"the 1-way marginals alone have more than {max_cells:,} cells")
     source = random_source(rng)
@@ -138,7 +126,7 @@ def aim(
             sigma, epsilon = sigma / 2, epsilon * 2
         if progress is not None:
             progress(min(1.0, spent() / rho))
-    return AimResult(model, measured, releases, max(1, round(model.total)))
+    return SynthesisResult(model, measured, releases, max(1, round(model.total)))
 
 
 def _total(measurements: list[Measurement]) -> float:

@@ -34,6 +34,7 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
+from beam_expmech.synth import SynthesisResult, check_workload
 
 _FIXED = 30  # model probabilities as integers in units of 2^-30 inside the scores
 _UPDATE_PASSES = 5
@@ -94,14 +95,6 @@ class FactoredModel:
         return {c: out[c] for c in self.domain}
 
 
-@dataclass
-class MwemResult:
-    model: FactoredModel
-    measured: list[tuple[str, ...]]  # the marginals selected, in order (a private output)
-    releases: list[Release]  # what was spent, for the budget
-    rows: int  # the noisy size estimate (a private output)
-
-
 def mwem(
     marginals: dict[tuple[str, ...], np.ndarray],
     domain: dict[str, int],
@@ -113,7 +106,7 @@ def mwem(
     one_way_share: float = 0.5,
     min_signal: float = 8.0,
     rng: RandomLike = None,
-) -> MwemResult:
+) -> SynthesisResult:
     """Run MWEM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
 
     A share ``one_way_share`` of epsilon first measures every column's 1-way marginal (read
@@ -131,12 +124,8 @@ def mwem(
     max_rows = parameters.count(max_rows, "max_rows")
     if not 0 < one_way_share < 1:
         raise ValueError(f"one_way_share must be strictly between 0 and 1, got {one_way_share!r}")
-    if not marginals:
-        raise ValueError("the workload has no marginal")
+    check_workload(marginals, domain)
     workload = list(marginals)
-    for columns in workload:
-        if marginals[columns].shape != tuple(domain[c] for c in columns):
-            raise ValueError(f"marginal {columns} does not match the domain")
     model = FactoredModel.uniform(domain)
     if any(math.prod(domain[c] for c in columns) > max_cells for columns in workload):
         raise ValueError(f"a workload marginal has more than {max_cells:,} cells")
@@ -196,7 +185,7 @@ def mwem(
         measured.append(chosen)
         targets[chosen] = _target(noisy, max_rows / each, model.marginal(chosen), size)
         _update(model, chosen, targets)
-    return MwemResult(model, measured, releases, max(1, round(size)))
+    return SynthesisResult(model, measured, releases, max(1, round(size)))
 
 
 def _score(true_counts: np.ndarray, model_probabilities: np.ndarray, n: int) -> int:
