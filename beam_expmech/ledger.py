@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import secrets
 import time
@@ -28,6 +29,7 @@ from beam_expmech import io
 from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release
 
 _VERSION = 1
+_LOG = logging.getLogger(__name__)
 
 
 class LedgerError(ValueError):
@@ -38,10 +40,9 @@ class OverspendError(RuntimeError):
     """A run would take a dataset past its budget; nothing was charged."""
 
     def __init__(self, dataset_id: str, budget: PrivacyBudget, release: Release):
-        asked = f"epsilon={release.epsilon:g}" if release.epsilon is not None else f"rho={release.rho:g} (zCDP)"
         super().__init__(
             f"dataset {dataset_id!r}: {budget.remaining():g} of its epsilon={budget.epsilon:g} "
-            f"(delta={budget.delta:g}) remains, and this run asks for {asked}: refused, nothing spent"
+            f"(delta={budget.delta:g}) remains, and this run asks for {_cost(release)}: refused, nothing spent"
         )
 
 
@@ -97,6 +98,7 @@ class Ledger:
             )
 
         self._store.update(change)
+        _LOG.info("dataset %r: reserved %s for %s (release %s)", dataset_id, _cost(release), pipeline, record_id)
         return record_id
 
     def finish(self, dataset_id: str, record_id: str, status: str) -> None:
@@ -112,6 +114,8 @@ class Ledger:
             raise LedgerError(f"no release {record_id} for dataset {dataset_id!r}")
 
         self._store.update(change)
+        level = logging.INFO if status == "done" else logging.WARNING
+        _LOG.log(level, "dataset %r: release %s marked %s; its charge stays", dataset_id, record_id, status)
 
     def dataset(self, dataset_id: str) -> dict:
         """The dataset's budget and releases, as stored."""
@@ -144,6 +148,10 @@ def budget_of(dataset: dict) -> PrivacyBudget:
     for record in dataset["releases"]:
         budget.charge(Release(record["label"], record["epsilon"], record["rho"]))
     return budget
+
+
+def _cost(release: Release) -> str:
+    return f"epsilon={release.epsilon:g}" if release.epsilon is not None else f"rho={release.rho:g} (zCDP)"
 
 
 def _now() -> str:
@@ -227,6 +235,7 @@ class _GcsStore:
                 )
                 return
             except exceptions.PreconditionFailed:  # someone else wrote first: start again from their version
+                _LOG.debug("%s: a concurrent write won (attempt %d); retrying", self.path, attempt + 1)
                 time.sleep(secrets.randbelow(1000) / 1000 * 0.05 * 2 ** min(attempt, 5))  # jitter
         raise LedgerError(f"{self.path}: gave up after {self._ATTEMPTS} conflicting writes")
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import posixpath
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_expmech import io
@@ -24,9 +26,13 @@ from beam_expmech.transforms import (
     ValidateBatches,
     WriteDeadLetter,
 )
+from beam_expmech.transforms.read import METRICS_NAMESPACE
+
+_LOG = logging.getLogger(__name__)
 
 USAGE_ERROR = 2
 BUDGET_ERROR = 3
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def add_input_flags(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +44,14 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (``error: ...``, exit 2), not the whole usage text.
 
     Every ``--some-flag`` is also accepted as ``--some_flag`` (not shown in --help): Dataflow
-    Flex Template parameter names use underscores.
+    Flex Template parameter names use underscores. Every command takes ``--log-level``.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument(
+            "--log-level", choices=LOG_LEVELS, default="INFO", help="what to log on stderr (default INFO)"
+        )
 
     def _add_action(self, action: argparse.Action) -> argparse.Action:
         action = super()._add_action(action)
@@ -226,12 +238,50 @@ def run_counting_job(
         def write(payload):
             io.write_json(output, payload)
 
-    counting_pipeline(args, beam_args, files, specs, family, release, write).run().wait_until_finish()
+    pipeline = counting_pipeline(args, beam_args, files, specs, family, release, write)
+    _LOG.info("running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(files), args.input)
+    result = pipeline.run()
+    result.wait_until_finish()
+    log_row_counts(result, dead_letter_path(args.output))
     return io.read_json(output) if as_json else None
+
+
+def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str) -> None:
+    """The rows read and rejected, from the job's counters: for the operator, never released."""
+    counts = {"rows_read": 0, "dead_letter_rows": 0}
+    for counter in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]:
+        if counter.key.metric.name in counts:
+            counts[counter.key.metric.name] += counter.committed or counter.attempted or 0
+    if counts["dead_letter_rows"]:
+        _LOG.warning(
+            "read %d rows; %d rejected, written with the reason to %s",
+            counts["rows_read"], counts["dead_letter_rows"], dead_letter,
+        )  # fmt: skip
+    else:
+        _LOG.info("read %d rows; none rejected", counts["rows_read"])
+
+
+def configure_logging(argv: Sequence[str]) -> None:
+    """Beam's convention: the program sets up logging, the library only logs to its module loggers.
+
+    Ours (``beam_expmech.*``, ``pipelines.*``) log at --log-level on stderr; Beam and the rest stay
+    at WARNING unless --log-level is DEBUG. Where logging is set up already (a Dataflow worker,
+    Airflow, pytest) its handlers are kept.
+    """
+    flag = argparse.ArgumentParser(add_help=False)
+    flag.add_argument("--log-level", "--log_level", default="INFO")
+    level = flag.parse_known_args(argv)[0].log_level
+    level = level if level in LOG_LEVELS else "INFO"  # the command's own parser reports a bad value
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    for name in ("beam_expmech", "pipelines"):
+        logging.getLogger(name).setLevel(level)
+    if level == "DEBUG":
+        logging.getLogger().setLevel(logging.DEBUG)
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run ``main``; a user error becomes one line on stderr and exit code 2, never a traceback."""
+    configure_logging(sys.argv[1:] if argv is None else argv)
     try:
         return main(argv)
     except (io.InputError, ValueError) as error:

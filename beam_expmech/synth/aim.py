@@ -26,6 +26,7 @@ exponential mechanism samples exactly; the noise is exact discrete Gaussian.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections.abc import Callable
 
@@ -41,6 +42,7 @@ from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, mode
 
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
 _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
+_LOG = logging.getLogger(__name__)
 
 
 def aim(
@@ -124,6 +126,7 @@ def aim(
         model.fit(measurements, iterations=final_iterations if last else iterations)
         if np.abs(model.project(chosen) - before).sum() <= math.sqrt(2 / math.pi) * sigma * before.size:
             sigma, epsilon = sigma / 2, epsilon * 2
+        _LOG.debug("AIM measured %s with sigma %.4g; %.0f%% of rho spent", chosen, sigma, 100 * spent() / rho)
         if progress is not None:
             progress(min(1.0, spent() / rho))
     return SynthesisResult(model, measured, releases, max(1, round(model.total)))

@@ -1,0 +1,43 @@
+"""The command line logs through Python logging: what was charged, what was read and rejected."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from beam_data import purchases, write
+
+from beam_expmech.ledger import Ledger
+
+
+def run_select(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    data = tmp_path / "data.csv"
+    if not data.exists():
+        write(purchases(1_000), data, "csv")
+        with open(data, "a") as handle:
+            handle.write("7,not-an-item,1.0\n")  # one bad row: the dead letter
+        Ledger(str(tmp_path / "ledger.json")).init("shop", epsilon=5.0)
+    script = str(Path(sys.executable).with_name("beam-expmech"))
+    command = [script, "select", "--input", str(data), "--column", "item", "--candidate-range", "0:50",
+               "--epsilon", "1", "--output", str(tmp_path / "r.json"),
+               "--budget-ledger", str(tmp_path / "ledger.json"), "--dataset-id", "shop", *flags]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_a_run_logs_its_charge_and_its_rows_on_stderr(tmp_path):
+    run = run_select(tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "INFO beam_expmech.ledger: dataset 'shop': reserved epsilon=1 for select" in run.stderr
+    assert "WARNING pipelines.common: read 1001 rows; 1 rejected" in run.stderr
+    assert "marked done" in run.stderr
+    assert "selected" in run.stdout and "selected" not in run.stderr  # the result on stdout, the log apart
+
+    quiet = run_select(tmp_path, "--log-level", "WARNING")
+    assert quiet.returncode == 0 and "INFO" not in quiet.stderr and "1 rejected" in quiet.stderr
+
+
+def test_a_bad_log_level_is_a_usage_error(tmp_path):
+    run = run_select(tmp_path, "--log_level", "LOUD")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--log-level" in run.stderr
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("shop")["releases"] == []
