@@ -1,11 +1,13 @@
 # The two commands a newcomer runs (README): `make demo` and `make test`.
 # Each creates .venv if it is missing and installs the package with what it needs.
+# `make test-airflow` runs the Airflow DAG for real, with Airflow in its own .venv-airflow.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+AIRFLOW_VENV := .venv-airflow
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-airflow bench clean
 
 $(VENV)/.installed-%: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +27,16 @@ demo: $(VENV)/.installed-base
 test: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not airflow" tests
+
+$(AIRFLOW_VENV)/.installed: deploy/airflow/requirements.txt
+	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -r deploy/airflow/requirements.txt
+	touch $@
+
+test-airflow: $(VENV)/.installed-test $(AIRFLOW_VENV)/.installed
+	BEAM_EXPMECH_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q -m airflow tests
 
 bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_mechanisms
@@ -34,4 +45,4 @@ bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_synth
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .ruff_cache

@@ -14,6 +14,12 @@ from scipy import stats
 FALSE_FAILURE_RATE = 1e-6
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "airflow: runs the Airflow DAG in its own virtual environment (make test-airflow)"
+    )
+
+
 def assert_follows(samples: list, pmf: dict) -> None:
     """Chi-square test of ``samples`` against ``pmf`` (outcome -> probability), alpha = 1e-6.
 
