@@ -66,12 +66,24 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--epsilon", type=float, required=True, help="the release's privacy loss bound (smaller: more private, noisier)"
+        "--epsilon",
+        type=float,
+        required=True,
+        help="privacy loss: how much one privacy unit can change the release's odds, at most a factor e^epsilon "
+        "(smaller: more private, noisier)",
     )
-    parser.add_argument("--privacy-unit", help="the column that identifies a person (default: each row is one)")
-    parser.add_argument("--max-rows-per-unit", type=int, help="rows kept per privacy unit (with --privacy-unit)")
-    parser.add_argument("--budget-ledger", help="ledger file (local or gs://) that counts every release of a dataset")
-    parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger")
+    parser.add_argument(
+        "--privacy-unit", help="the column that identifies whom the guarantee protects (default: each row is one)"
+    )
+    parser.add_argument(
+        "--max-rows-per-unit",
+        type=int,
+        help="K: each unit keeps at most K rows, drawn at random; the noise grows with K (with --privacy-unit)",
+    )
+    parser.add_argument(
+        "--budget-ledger", help="ledger file (local or gs://) charged with every release of the dataset, across runs"
+    )
+    parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger, whose total budget this run spends")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; read no data, spend nothing")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
 

@@ -39,7 +39,12 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--label", required=True, help="the bit column y")
     parser.add_argument("--weights", default="-1,0,1", help="weight values of the grid (default -1,0,1)")
     candidates = parser.add_mutually_exclusive_group()
-    candidates.add_argument("--max-candidates", type=int, default=halfspaces.DEFAULT_MAX_CANDIDATES)
+    candidates.add_argument(
+        "--max-candidates",
+        type=int,
+        default=halfspaces.DEFAULT_MAX_CANDIDATES,
+        help=f"size of the public grid of weight vectors (default {halfspaces.DEFAULT_MAX_CANDIDATES:,})",
+    )
     candidates.add_argument("--candidates", help="a file of weight vectors, one comma-separated line each")
     common.add_privacy_flags(parser)
     parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")

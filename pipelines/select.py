@@ -38,7 +38,12 @@ def build_parser() -> common.ArgumentParser:
     candidates.add_argument("--candidate-range", help="integer candidates LO:HI (LO included, HI excluded)")
     common.add_privacy_flags(parser)
     parser.add_argument("--top-k", type=int, default=1, help="how many candidates to select (default 1)")
-    parser.add_argument("--mechanism", choices=("exponential", "permute-and-flip"), default="exponential")
+    parser.add_argument(
+        "--mechanism",
+        choices=("exponential", "permute-and-flip"),
+        default="exponential",
+        help="exponential (default), or permute-and-flip: never less accurate at the same epsilon (--top-k 1 only)",
+    )
     parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
     return parser
 

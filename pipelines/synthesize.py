@@ -47,9 +47,17 @@ def build_parser() -> common.ArgumentParser:
     )
     common.add_privacy_flags(parser)
     parser.add_argument(
-        "--delta", type=float, default=1e-9, help="the chance the guarantee fails, for aim (default 1e-9; mwem, blr: 0)"
+        "--delta",
+        type=float,
+        default=1e-9,
+        help="aim: the small chance the epsilon bound may fail (default 1e-9; mwem and blr are pure: 0)",
     )
-    parser.add_argument("--method", choices=("aim", "mwem", "blr"), default="aim")
+    parser.add_argument(
+        "--method",
+        choices=("aim", "mwem", "blr"),
+        default="aim",
+        help="aim: (epsilon, delta)-DP via zCDP, the most accurate (default); mwem, blr: pure epsilon-DP",
+    )
     parser.add_argument("--workload-degree", type=int, default=3, help="k of the k-way marginals (aim, mwem)")
     parser.add_argument("--columns", help="comma-separated subset of the domain's columns (default: all)")
     parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size; required for blr)")

@@ -1,4 +1,4 @@
-"""The command line logs through Python logging: what was charged, what was read and rejected."""
+"""The command line: logging through Python logging (what was charged, read, rejected) and its --help."""
 
 from __future__ import annotations
 
@@ -41,3 +41,14 @@ def test_a_bad_log_level_is_a_usage_error(tmp_path):
     run = run_select(tmp_path, "--log_level", "LOUD")
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--log-level" in run.stderr
     assert Ledger(str(tmp_path / "ledger.json")).dataset("shop")["releases"] == []
+
+
+def test_every_flag_of_every_command_says_what_it_means():
+    from pipelines import learn, quantiles, select, synthesize
+
+    for module in (select, quantiles, learn, synthesize):
+        parser = module.build_parser()
+        for action in parser._actions:
+            assert action.help, f"{parser.prog} {action.option_strings[0]} has no --help text"
+        epsilon = next(a for a in parser._actions if a.dest == "epsilon")
+        assert "privacy unit" in epsilon.help and "e^epsilon" in epsilon.help
