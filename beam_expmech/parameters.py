@@ -29,12 +29,12 @@ def probability(value: object, name: str) -> float:
     return float(value)
 
 
-def count(value: object, name: str, *, at_most: int | None = None) -> int:
-    """``value`` as an int >= 1 (and <= ``at_most``)."""
+def count(value: object, name: str, *, at_most: int | None = None, of: str = "candidates") -> int:
+    """``value`` as an int >= 1 (and <= ``at_most``, the number of ``of``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if at_most is not None and value > at_most:
-        raise ValueError(f"{name} = {value} exceeds the number of candidates ({at_most})")
+        raise ValueError(f"{name} = {value} exceeds the number of {of} ({at_most})")
     return int(value)
 
 

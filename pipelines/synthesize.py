@@ -58,7 +58,9 @@ def build_parser() -> common.ArgumentParser:
         default="aim",
         help="aim: (epsilon, delta)-DP via zCDP, the most accurate (default); mwem, blr: pure epsilon-DP",
     )
-    parser.add_argument("--workload-degree", type=int, default=3, help="k of the k-way marginals (aim, mwem)")
+    parser.add_argument(
+        "--workload-degree", type=int, help="k of the k-way marginals (aim, mwem; default 3, or all columns if fewer)"
+    )
     parser.add_argument("--columns", help="comma-separated subset of the domain's columns (default: all)")
     parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size; required for blr)")
     parser.add_argument("--rounds", type=int, help="mwem: rounds (default 20); aim: first rounds' budget share")
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         blr.check_size(math.prod(domain.values()), parameters.count(args.rows, "--rows"))  # before any budget
         family = MarginalWorkload([tuple(columns)], domain)
     else:
-        degree = parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns))
+        degree = min(3, len(columns)) if args.workload_degree is None else args.workload_degree
+        degree = parameters.count(degree, "--workload-degree", at_most=len(columns), of="columns")
         if args.rounds is not None:
             parameters.count(args.rounds, "--rounds")
         family = MarginalWorkload(list(itertools.combinations(columns, degree)), domain)

@@ -83,7 +83,7 @@ def _prepared(data, domain, rows, degree, max_rows, max_candidates):
     if data.shape != (math.prod(domain),) or (data < 0).any():
         raise ValueError(f"data must be a histogram of {math.prod(domain)} counts >= 0")
     rows = parameters.count(rows, "rows")
-    degree = parameters.count(degree, "degree", at_most=len(domain))
+    degree = parameters.count(degree, "degree", at_most=len(domain), of="columns")
     max_rows = parameters.count(max_rows, "max_rows")
     candidates = all_histograms(data.size, rows, max_candidates=max_candidates)
     scores, per_row = blr_scores(data, candidates, conjunction_queries(domain, degree))
