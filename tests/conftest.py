@@ -7,11 +7,29 @@ import subprocess
 import sys
 from collections import Counter
 
+import audit_log
 import numpy as np
 import pytest
 from scipy import stats
 
 FALSE_FAILURE_RATE = 1e-6
+
+
+def pytest_addoption(parser):
+    parser.addoption("--audit-table", action="store_true", help="print the privacy audit's table (make audit)")
+
+
+@pytest.fixture
+def audit() -> audit_log.Audit:
+    """The privacy audit's record (tests/audit)."""
+    return audit_log.AUDIT
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("--audit-table") and audit_log.AUDIT.findings:
+        terminalreporter.section("privacy audit: the worst case found against its bound")
+        for line in audit_log.AUDIT.table():
+            terminalreporter.write_line(line)
 
 
 def pytest_configure(config):
@@ -20,8 +38,8 @@ def pytest_configure(config):
     )
 
 
-def assert_follows(samples: list, pmf: dict) -> None:
-    """Chi-square test of ``samples`` against ``pmf`` (outcome -> probability), alpha = 1e-6.
+def assert_follows(samples: list, pmf: dict) -> float:
+    """Chi-square test of ``samples`` against ``pmf`` (outcome -> probability), alpha = 1e-6; the p-value.
 
     Outcomes the pmf gives probability 0 must never occur; outcomes expected fewer than 5 times
     are pooled so the chi-square approximation holds.
@@ -43,24 +61,11 @@ def assert_follows(samples: list, pmf: dict) -> None:
         observed.append(pool_o)
         expected.append(pool_e)
     if len(observed) < 2:
-        return
+        return 1.0
     expected = np.array(expected) * (n / sum(expected))
     p_value = stats.chisquare(observed, expected).pvalue
     assert p_value > FALSE_FAILURE_RATE, f"sampler does not follow its pmf: p = {p_value:.3g}"
-
-
-def neighbours(scores: np.ndarray, sensitivity: float, *, monotone: bool = False):
-    """Score vectors one privacy unit away: each score moves by one of -s, -s/2, 0, s/2, s.
-
-    With ``monotone`` all scores move the same way (all up, or all down).
-    """
-    steps = (0.0, 0.5 * sensitivity, sensitivity)
-    if not monotone:
-        steps = (-sensitivity, -0.5 * sensitivity, *steps)
-    for delta in itertools.product(steps, repeat=len(scores)):
-        yield scores + np.array(delta)
-        if monotone:
-            yield scores - np.array(delta)
+    return p_value
 
 
 def assert_usage_error(module: str, flags: dict, message: str) -> None:

@@ -1,0 +1,93 @@
+"""Exact privacy loss between the output distributions of two neighbouring inputs.
+
+A pmf is an array over the outcomes (or a dict outcome -> probability). For epsilon-DP the
+log ratio of every outcome stays within epsilon; for epsilon-bounded-range its largest minus
+its smallest value stays within epsilon; for rho-zCDP the Renyi divergence of every order
+alpha > 1 stays within rho * alpha.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+from scipy.special import logsumexp
+
+ALPHAS = (1.5, 2.0, 4.0, 16.0)
+
+
+def as_log(pmf) -> np.ndarray:
+    values = np.array(list(pmf.values()) if isinstance(pmf, dict) else pmf, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.log(values)
+
+
+class PrivacyLoss:
+    """The worst privacy loss over many pairs of neighbouring pmfs."""
+
+    def __init__(self) -> None:
+        self.pairs = 0
+        self.epsilon = 0.0  # max |ln p/q|
+        self.range = 0.0  # max (ln p/q) - min (ln p/q)
+        self.renyi_rate = 0.0  # max over alpha of D_alpha / alpha, both directions
+
+    def add(self, p, q) -> None:
+        """One pair; dict pmfs must have the same outcomes, array pmfs the same order."""
+        if isinstance(p, dict):
+            assert p.keys() == q.keys(), "the pmfs have different outcomes"
+            q = [q[o] for o in p]
+        log_p, log_q = as_log(p), as_log(q)
+        same = log_p == log_q  # both -inf included: an outcome impossible under both
+        if not np.array_equal(np.isneginf(log_p), np.isneginf(log_q)):
+            self.epsilon = self.range = self.renyi_rate = np.inf  # an outcome possible under one only
+            return
+        ratio = np.where(same, 0.0, log_p - log_q)[~np.isneginf(log_p)]
+        self.pairs += 1
+        self.epsilon = max(self.epsilon, float(np.abs(ratio).max()))
+        self.range = max(self.range, float(ratio.max() - ratio.min()))
+        for a, b in ((log_p, log_q), (log_q, log_p)):
+            for alpha in ALPHAS:
+                self.renyi_rate = max(self.renyi_rate, renyi(a, b, alpha) / alpha)
+
+    def report(self, audit, subject: str, *, epsilon: float, bounded_range: bool = False, rho: float | None = None):
+        """Record pure DP, and as claimed, epsilon-bounded range and the Renyi bound of rho-zCDP."""
+        audit.check(subject, "epsilon-DP: max |ln p/q| (exact pmf)", cases=self.pairs, worst=self.epsilon,
+                    bound=epsilon)  # fmt: skip
+        if bounded_range:
+            audit.check(subject, "bounded range: max - min ln p/q", cases=self.pairs, worst=self.range,
+                        bound=epsilon)  # fmt: skip
+        if rho is not None:
+            audit.check(subject, "zCDP: max_alpha D_alpha / alpha", cases=self.pairs * 2 * len(ALPHAS),
+                        worst=self.renyi_rate, bound=rho)  # fmt: skip
+
+
+def renyi(log_p: np.ndarray, log_q: np.ndarray, alpha: float) -> float:
+    """D_alpha(P || Q) = ln sum p^alpha q^(1 - alpha) / (alpha - 1), over the common support."""
+    support = ~np.isneginf(log_p)
+    return float(logsumexp(alpha * log_p[support] + (1 - alpha) * log_q[support]) / (alpha - 1))
+
+
+def score_neighbours(scores: np.ndarray, sensitivity: float, *, monotone: bool = False) -> Iterator[np.ndarray]:
+    """Score vectors one privacy unit away: each score moves by one of -s, -s/2, 0, s/2, s.
+
+    With ``monotone`` all scores move the same way (all up, or all down).
+    """
+    steps = (0.0, 0.5 * sensitivity, sensitivity)
+    if not monotone:
+        steps = (-sensitivity, -0.5 * sensitivity, *steps)
+    for delta in itertools.product(steps, repeat=len(scores)):
+        yield scores + np.array(delta)
+        if monotone:
+            yield scores - np.array(delta)
+
+
+def histogram_neighbours(histogram: Iterable[int], max_rows: int) -> Iterator[np.ndarray]:
+    """Histograms one unit away: the unit's (at most ``max_rows``) rows added, or removed, anywhere."""
+    histogram = np.asarray(histogram)
+    for moved in itertools.product(range(-max_rows, max_rows + 1), repeat=histogram.size):
+        moved = np.array(moved)
+        same_sign = (moved >= 0).all() or (moved <= 0).all()
+        other = histogram + moved
+        if same_sign and 0 < np.abs(moved).sum() <= max_rows and (other >= 0).all():
+            yield other
