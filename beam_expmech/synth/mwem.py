@@ -176,8 +176,7 @@ def mwem(
         candidates = [c for c in workload if model.merged_size(c) <= max_cells]
         if not candidates:  # every useful marginal would outgrow the memory cap: stop spending
             break
-        scores = np.array([_score(marginals[c], model.marginal(c), n) for c in candidates], dtype=object)
-        sensitivity = 2 * max_rows * (2**_FIXED + max(marginals[c].size for c in candidates))
+        scores, sensitivity = selection_scores(candidates, marginals, model, n=n, max_rows=max_rows)
         chosen = candidates[exponential_mechanism(scores, epsilon=each, sensitivity=sensitivity, rng=source)]
         releases.append(Release.exponential_mechanism(each, f"MWEM select {chosen}"))
         noisy = discrete_laplace_mechanism(marginals[chosen], epsilon=each, sensitivity=max_rows, rng=source)
@@ -186,6 +185,18 @@ def mwem(
         targets[chosen] = _target(noisy, max_rows / each, model.marginal(chosen), size)
         _update(model, chosen, targets)
     return SynthesisResult(model, measured, releases, max(1, round(size)))
+
+
+def selection_scores(
+    candidates: list, marginals: dict, model: FactoredModel, *, n: int, max_rows: int
+) -> tuple[np.ndarray, int]:
+    """Each candidate's score ||M_r - n P~_r||_1 in units of 2^-30 counts, and their sensitivity.
+
+    One unit of K rows moves M_r by K in L1 and n by K, so n P~_r by at most K (2^30 + cells)
+    units (P~ sums to 1 within half a unit per cell): the sensitivity is 2 K (2^30 + max cells).
+    """
+    scores = np.array([_score(marginals[c], model.marginal(c), n) for c in candidates], dtype=object)
+    return scores, 2 * max_rows * (2**_FIXED + max(marginals[c].size for c in candidates))
 
 
 def _score(true_counts: np.ndarray, model_probabilities: np.ndarray, n: int) -> int:

@@ -1,4 +1,4 @@
-"""Exact privacy loss between the output distributions of two neighbouring inputs.
+"""Exact privacy loss between the output distributions of two neighbouring inputs, and sampler checks.
 
 A pmf is an array over the outcomes (or a dict outcome -> probability). For epsilon-DP the
 log ratio of every outcome stays within epsilon; for epsilon-bounded-range its largest minus
@@ -9,9 +9,11 @@ alpha > 1 stays within rho * alpha.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+from conftest import FALSE_FAILURE_RATE, assert_follows
 from scipy.special import logsumexp
 
 ALPHAS = (1.5, 2.0, 4.0, 16.0)
@@ -91,3 +93,10 @@ def histogram_neighbours(histogram: Iterable[int], max_rows: int) -> Iterator[np
         other = histogram + moved
         if same_sign and 0 < np.abs(moved).sum() <= max_rows and (other >= 0).all():
             yield other
+
+
+def record_sampler(audit, subject: str, draws: list, pmf: dict) -> None:
+    """The real sampler's draws against the exact pmf (chi-square), recorded as -log10 p."""
+    p_value = assert_follows(draws, pmf)
+    audit.check(subject, "sampler vs pmf: -log10 p (chi-square)", cases=len(draws), worst=-math.log10(p_value),
+                bound=-math.log10(FALSE_FAILURE_RATE))  # fmt: skip

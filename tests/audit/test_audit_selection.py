@@ -11,8 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_follows
-from privacy_loss import PrivacyLoss, score_neighbours
+from privacy_loss import PrivacyLoss, record_sampler, score_neighbours
 
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import (
@@ -39,12 +38,6 @@ def peeling_pmf(scores, k, epsilon, sensitivity, monotonic=False):
             remaining.remove(r)
         pmf[seq] = p
     return pmf
-
-
-def record_sampler(audit, subject: str, draws: list, pmf: dict) -> None:
-    p_value = assert_follows(draws, pmf)
-    audit.check(subject, "sampler vs pmf: -log10 p (chi-square)", cases=len(draws), worst=-math.log10(p_value),
-                bound=6.0)  # fmt: skip
 
 
 # --- the exponential mechanism ---------------------------------------------------------------
