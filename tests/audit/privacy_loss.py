@@ -44,7 +44,8 @@ class PrivacyLoss:
         if not np.array_equal(np.isneginf(log_p), np.isneginf(log_q)):
             self.epsilon = self.range = self.renyi_rate = np.inf  # an outcome possible under one only
             return
-        ratio = np.where(same, 0.0, log_p - log_q)[~np.isneginf(log_p)]
+        with np.errstate(invalid="ignore"):  # -inf - -inf where both are impossible, masked by `same`
+            ratio = np.where(same, 0.0, log_p - log_q)[~np.isneginf(log_p)]
         self.pairs += 1
         self.epsilon = max(self.epsilon, float(np.abs(ratio).max()))
         self.range = max(self.range, float(ratio.max() - ratio.min()))
