@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: demo test test-airflow bench clean
+.PHONY: demo test test-airflow audit audit-long bench clean
 
 $(VENV)/.installed-%: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ test: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q -m "not airflow" tests
+
+# The privacy audit alone (it is part of `make test`), with its table of worst cases against bounds.
+audit: $(VENV)/.installed-test
+	$(PY) -m pytest -q tests/audit --audit-table
+
+# The same with far more random datasets and seeded runs (tens of minutes).
+audit-long: $(VENV)/.installed-test
+	BEAM_EXPMECH_AUDIT_LONG=1 $(PY) -m pytest -q tests/audit --audit-table
 
 $(AIRFLOW_VENV)/.installed: deploy/airflow/requirements.txt
 	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)

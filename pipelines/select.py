@@ -71,19 +71,28 @@ def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, io.Colum
     return CategoryCounts(args.column, labels), io.ColumnSpec(args.column, "string")
 
 
+def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect:
+    """The final step the command line asks for (also run in one process by the privacy audit).
+
+    Sensitivity: each unit keeps at most K rows, each adding at most ``contribution`` to a count.
+    """
+    return PrivateSelect(
+        epsilon=args.epsilon,
+        sensitivity=(args.max_rows_per_unit or 1) * family.contribution,
+        num_candidates=family.num_candidates,
+        k=args.top_k,
+        mechanism=args.mechanism,
+        monotonic=family.monotonic,
+        seed=args.seed,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     common.check_unit_flags(args)
     family, spec = candidate_family(args)
-    sensitivity = (args.max_rows_per_unit or 1) * family.contribution
-    select = PrivateSelect(
-        epsilon=args.epsilon,
-        sensitivity=sensitivity,
-        num_candidates=family.num_candidates,
-        k=args.top_k,
-        mechanism=args.mechanism,
-        seed=args.seed,
-    )
+    select = selection(args, family)
+    sensitivity = select.sensitivity
     specs = [spec, *common.unit_specs(args)]
     files = common.check_input(args, specs)
 

@@ -6,7 +6,10 @@ worst case exceeds its bound fails its test.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+LONG = os.environ.get("BEAM_EXPMECH_AUDIT_LONG") == "1"  # make audit-long: more cases everywhere it matters
 
 
 @dataclass
@@ -43,10 +46,10 @@ class Audit:
                 kept = Finding(f.subject, f.check, cases, f.worst, f.bound)
             kept.cases = cases
             rows[key] = kept
-        header = f"{'subject':<34} {'check':<46} {'cases':>9} {'worst':>11} {'bound':>11} {'worst/bound':>11}"
+        header = f"{"subject":<38} {'check':<46} {'cases':>9} {'worst':>11} {'bound':>11} {'worst/bound':>11}"
         lines = [header, "-" * len(header)]
         for f in rows.values():
-            lines.append(f"{f.subject:<34} {f.check:<46} {f.cases:>9,} {f.worst:>11.5g} {f.bound:>11.5g} "
+            lines.append(f"{f.subject:<38} {f.check:<46} {f.cases:>9,} {f.worst:>11.5g} {f.bound:>11.5g} "
                          f"{_ratio(f):>11.4f}")  # fmt: skip
         return lines
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import subprocess
 import sys
 from collections import Counter
@@ -66,6 +67,20 @@ def assert_follows(samples: list, pmf: dict) -> float:
     p_value = stats.chisquare(observed, expected).pvalue
     assert p_value > FALSE_FAILURE_RATE, f"sampler does not follow its pmf: p = {p_value:.3g}"
     return p_value
+
+
+def peeling_pmf(scores, k, epsilon, sensitivity, monotonic=False):
+    """P(ordered k-tuple) for k rounds of the exponential mechanism with epsilon / k each (the definition)."""
+    c = 1 if monotonic else 2
+    pmf = {}
+    for seq in itertools.permutations(range(len(scores)), k):
+        p, remaining = 1.0, set(range(len(scores)))
+        for r in seq:
+            weights = {j: math.exp(epsilon / k * scores[j] / (c * sensitivity)) for j in remaining}
+            p *= weights[r] / sum(weights.values())
+            remaining.remove(r)
+        pmf[seq] = p
+    return pmf
 
 
 def assert_usage_error(module: str, flags: dict, message: str) -> None:

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from beam_data import purchases, write
-from conftest import assert_follows, assert_usage_error
-from test_exponential import peeling_pmf
+from conftest import assert_follows, assert_usage_error, peeling_pmf
 
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import PredicateCounts, PrivateSelect

@@ -11,6 +11,8 @@ every candidate, and no worker holds every score.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import apache_beam as beam
 import numpy as np
 
@@ -76,6 +78,10 @@ class PrivateSelect(beam.PTransform):
     def _merge(self, keys: list[PartialKey]) -> list[int]:
         keys = sorted(keys, key=lambda key: key.index)  # refinement order must not depend on arrival order
         return [key.index for key in decide(keys, self.k, self.noise, self._source(0))]
+
+    def select(self, shards: Iterable[tuple[int, np.ndarray]]) -> list[int]:
+        """The same draw in one process, from (candidate shard, counts) pairs (audits, small jobs)."""
+        return self._merge([key for shard, counts in shards for key in self._shard_keys(shard, counts)])
 
     def expand(self, counts):
         return (

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import peeling_pmf
 from privacy_loss import PrivacyLoss, record_sampler, score_neighbours
 
 from beam_expmech.accounting import Release
@@ -24,21 +25,6 @@ from beam_expmech.mechanisms import (
 from beam_expmech.mechanisms.exact import Noise, exact_top_k
 from beam_expmech.mechanisms.exponential import log_weights
 from beam_expmech.mechanisms.randomness import random_source
-
-
-def peeling_pmf(scores, k, epsilon, sensitivity, monotonic=False):
-    """P(ordered k-tuple) for k rounds of the exponential mechanism with epsilon / k each (the definition)."""
-    c = 1 if monotonic else 2
-    pmf = {}
-    for seq in itertools.permutations(range(len(scores)), k):
-        p, remaining = 1.0, set(range(len(scores)))
-        for r in seq:
-            weights = {j: math.exp(epsilon / k * scores[j] / (c * sensitivity)) for j in remaining}
-            p *= weights[r] / sum(weights.values())
-            remaining.remove(r)
-        pmf[seq] = p
-    return pmf
-
 
 # --- the exponential mechanism ---------------------------------------------------------------
 
