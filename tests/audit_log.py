@@ -46,7 +46,7 @@ class Audit:
                 kept = Finding(f.subject, f.check, cases, f.worst, f.bound)
             kept.cases = cases
             rows[key] = kept
-        header = f"{"subject":<38} {'check':<46} {'cases':>9} {'worst':>11} {'bound':>11} {'worst/bound':>11}"
+        header = f"{'subject':<38} {'check':<46} {'cases':>9} {'worst':>11} {'bound':>11} {'worst/bound':>11}"
         lines = [header, "-" * len(header)]
         for f in rows.values():
             lines.append(f"{f.subject:<38} {f.check:<46} {f.cases:>9,} {f.worst:>11.5g} {f.bound:>11.5g} "
