@@ -125,13 +125,13 @@ def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> It
         if fmt == "parquet":
             yield from pq.ParquetFile(handle).iter_batches(BATCH_ROWS, row_groups=[group], columns=columns)
         elif fmt == "csv":
-            # Everything as text: a wrong type then costs a row (dead letter), not the file.
+            # Everything as bytes: a wrong type or a bad encoding then costs a row (dead letter), not the file.
             reader = pacsv.open_csv(
                 handle,
                 read_options=pacsv.ReadOptions(block_size=8 << 20),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(
-                    include_columns=columns, column_types={c: pa.string() for c in columns}, strings_can_be_null=True
+                    include_columns=columns, column_types={c: pa.binary() for c in columns}, strings_can_be_null=True
                 ),
             )
             yield from reader
@@ -190,8 +190,11 @@ def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.Rec
 def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[str, np.ndarray]]]:
     """The column in the spec's type (bad slots filled with a placeholder), and (problem, mask) pairs."""
     problems = [("null", _mask(column.is_null()))]
-    if spec.kind == "any":
+    if spec.kind == "any":  # an identity: its bytes are what they are
         return column, problems
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        column, invalid = _decoded(column)
+        problems.append(("not UTF-8 text", invalid))
     if spec.kind == "string":
         return _as_text(column), problems
     if spec.kind == "label":
@@ -228,6 +231,21 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     return values, problems
 
 
+def _decoded(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Bytes as UTF-8 text; rows that are not valid UTF-8 become null and are flagged."""
+    try:
+        return pc.cast(column, pa.string()), np.zeros(len(column), bool)
+    except pa.ArrowInvalid:  # only batches holding a bad byte get here, row by row
+        texts, invalid = [], np.zeros(len(column), bool)
+        for i, value in enumerate(column.to_pylist()):
+            try:
+                texts.append(None if value is None else value.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(None)
+                invalid[i] = True
+        return pa.array(texts, pa.string()), invalid
+
+
 def _parse(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
     """Cast text that matched the number pattern; values beyond int64 are flagged, not fatal."""
     try:
@@ -242,6 +260,9 @@ def _parse(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]
 def _as_text(array: pa.Array) -> pa.Array:
     if array.type == pa.string():
         return array
+    if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):  # bad bytes as \xNN escapes
+        return pa.array([None if v is None else v.decode("utf-8", "backslashreplace") for v in array.to_pylist()],
+                        pa.string())  # fmt: skip
     try:
         return pc.cast(array, pa.string(), safe=False)
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # nested types: Python's repr, row by row

@@ -30,9 +30,15 @@ from beam_expmech.transforms.read import METRICS_NAMESPACE
 
 _LOG = logging.getLogger(__name__)
 
+JOB_ERROR = 1
 USAGE_ERROR = 2
 BUDGET_ERROR = 3
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class JobFailedError(RuntimeError):
+    """The job stopped after it started reading (a corrupt file, a lost worker): nothing was released,
+    and the budget it reserved stays spent, since the data may have been read."""
 
 
 def add_input_flags(parser: argparse.ArgumentParser) -> None:
@@ -252,8 +258,12 @@ def run_counting_job(
 
     pipeline = counting_pipeline(args, beam_args, files, specs, family, release, write)
     _LOG.info("running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(files), args.input)
-    result = pipeline.run()
-    result.wait_until_finish()
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    except Exception as error:  # whatever the runner raises: the user gets one line, the ledger "failed"
+        raise JobFailedError(f"the job failed: {io.first_line(error)}; nothing was released, the budget "
+                             "reserved for it stays spent") from error  # fmt: skip
     log_row_counts(result, dead_letter_path(args.output))
     return io.read_json(output) if as_json else None
 
@@ -284,11 +294,24 @@ def configure_logging(argv: Sequence[str]) -> None:
     flag.add_argument("--log-level", "--log_level", default="INFO")
     level = flag.parse_known_args(argv)[0].log_level
     level = level if level in LOG_LEVELS else "INFO"  # the command's own parser reports a bad value
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        if level != "DEBUG":
+            handler.addFilter(_first_line_of_beam_errors)
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     for name in ("beam_expmech", "pipelines"):
         logging.getLogger(name).setLevel(level)
-    if level == "DEBUG":
-        logging.getLogger().setLevel(logging.DEBUG)
+
+
+def _first_line_of_beam_errors(record: logging.LogRecord) -> bool:
+    """Beam logs a failed step with its traceback; the user sees its first line (all with DEBUG)."""
+    if record.name.startswith("apache_beam") and (record.exc_info or "\n" in record.getMessage()):
+        record.msg, record.args = record.getMessage().splitlines()[0], ()
+        record.exc_info = record.exc_text = None
+    return True
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
@@ -302,3 +325,6 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except OverspendError as error:
         print(f"error: {error}", file=sys.stderr)
         return BUDGET_ERROR
+    except JobFailedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return JOB_ERROR

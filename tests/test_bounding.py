@@ -66,6 +66,12 @@ def test_unit_hash_is_stable_across_batches_and_types():
     assert len({*ha.tolist()}) == 4
     ints = unit_hash(pa.array([1, 2, 1], pa.int32()))
     assert ints[0] == ints[2] != ints[1] and ints[0] == unit_hash(pa.array([1]))[0]
+    floats = unit_hash(pa.array([1.5, -0.0, 0.0, 1.5, 2.0]))
+    assert floats[0] == floats[3] and floats[1] == floats[2] and len({*floats.tolist()}) == 3
+    when = unit_hash(pa.array([0, 10**9, 0], pa.timestamp("s")))
+    assert when[0] == when[2] != when[1]
+    raw = unit_hash(pa.array([b"caf\xe9", b"cafe", b"caf\xe9"]))  # bytes are identities, whatever the encoding
+    assert raw[0] == raw[2] != raw[1]
 
 
 def test_kept_rows_are_chosen_uniformly():

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from beam_data import purchases, write
+from beam_data import pages_zeroed, purchases, write
 
 from beam_expmech.ledger import Ledger
 
@@ -52,3 +52,20 @@ def test_every_flag_of_every_command_says_what_it_means():
             assert action.help, f"{parser.prog} {action.option_strings[0]} has no --help text"
         epsilon = next(a for a in parser._actions if a.dest == "epsilon")
         assert "privacy unit" in epsilon.help and "e^epsilon" in epsilon.help
+
+
+def test_a_job_that_fails_while_reading_says_so_in_one_line_without_a_traceback(tmp_path):
+    data = tmp_path / "data.parquet"
+    write(purchases(3_000), data, "parquet")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(pages_zeroed(data.read_bytes()))
+    Ledger(str(tmp_path / "ledger.json")).init("shop", epsilon=5.0)
+    script = str(Path(sys.executable).with_name("beam-expmech"))
+    run = subprocess.run([script, "select", "--input", str(bad), "--column", "item", "--candidate-range", "0:50",
+                          "--epsilon", "1", "--output", str(tmp_path / "r.json"),
+                          "--budget-ledger", str(tmp_path / "ledger.json"), "--dataset-id", "shop"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("error: the job failed: ")
+    assert not (tmp_path / "r.json").exists()
+    assert [r["status"] for r in Ledger(str(tmp_path / "ledger.json")).dataset("shop")["releases"]] == ["failed"]

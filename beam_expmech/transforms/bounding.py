@@ -26,9 +26,17 @@ _COMPACT_ROWS = 1 << 17
 
 
 def unit_hash(units: pa.Array) -> np.ndarray:
-    """A 64-bit hash of each unit that every worker computes alike (ints and text, vectorised)."""
-    if pa.types.is_integer(units.type):
+    """A 64-bit hash of each unit that every worker computes alike (numbers and text vectorised;
+    other types by their text)."""
+    kind = units.type
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         return _mix(units.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64))
+    if pa.types.is_floating(kind):
+        values = units.to_numpy(zero_copy_only=False).astype(np.float64) + 0.0  # -0.0 and 0.0: one unit
+        return _mix(values.view(np.uint64))
+    if not any(check(kind) for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                                         pa.types.is_large_binary)):  # fmt: skip
+        units = pa.array([str(v) for v in units.to_pylist()], pa.large_string())
     text = pc.cast(units, pa.large_binary(), safe=False)
     offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[text.offset : text.offset + len(text) + 1]
     data = np.frombuffer(text.buffers()[2], dtype=np.uint8) if text.buffers()[2] is not None else np.zeros(0, np.uint8)

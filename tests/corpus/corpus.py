@@ -1,0 +1,118 @@
+"""The adversarial input corpus: files that break the rules in one way each, written by the tests.
+
+Every file holds the same clean rows (users, an item code, a float, bits) plus, where the case
+is about rows, some bad ones. A case says what a pipeline must do with it: refuse it with a
+one-line error before any budget is spent (``usage``), or release exactly what the clean rows
+give, with the bad rows in the dead letter (``release``, and how many bad rows), or, where
+nothing can tell before the rows are read, fail cleanly: one line, the charge kept and marked
+failed, no output (``failed``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io as stdio
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from beam_data import pages_zeroed
+
+COLUMNS = ("user", "item", "x", "f0", "f1", "y")
+ITEMS = 6
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: str  # the --input (a file, a glob, or gs://)
+    expect: str  # "usage", "release" or "failed"
+    bad_rows: int | dict = 0  # rows the pipeline must send to the dead letter (or per pipeline)
+    only: tuple[str, ...] = ()  # pipelines the case applies to (default: all)
+    same_as: str | None = "clean.csv"  # the release must equal the one from this file (None: no check)
+
+    def rejected(self, pipeline: str) -> int:
+        return self.bad_rows.get(pipeline, 0) if isinstance(self.bad_rows, dict) else self.bad_rows
+
+
+def clean_rows(rows: int = 400, seed: int = 0) -> dict[str, list]:
+    rng = np.random.default_rng(seed)
+    item = np.minimum(rng.geometric(0.35, rows) - 1, ITEMS - 1)
+    return {
+        "user": rng.integers(0, rows // 4, rows).tolist(),
+        "item": item.tolist(),
+        "x": np.round(rng.uniform(0, 10, rows), 3).tolist(),
+        "f0": rng.integers(0, 2, rows).tolist(),
+        "f1": rng.integers(0, 2, rows).tolist(),
+        "y": (item % 2).tolist(),
+    }
+
+
+def csv_text(rows: dict[str, list], extra_lines: list[str] = (), columns=COLUMNS) -> str:
+    out = stdio.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(zip(*(rows[c] for c in columns), strict=True))
+    return out.getvalue() + "".join(line + "\n" for line in extra_lines)
+
+
+def write_corpus(folder: Path, rows: dict[str, list]) -> list[Case]:
+    """Write every case's file into ``folder``; the clean file is ``clean.csv``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "clean.csv").write_text(csv_text(rows))
+    table = pa.table({c: rows[c] for c in COLUMNS})
+    pq.write_table(table, folder / "clean.parquet", row_group_size=100)
+    cases = []
+
+    def add(name: str, data: str | bytes, expect: str, bad_rows=0, only=(), suffix=".csv", same_as="clean.csv"):
+        path = folder / f"{name}{suffix}"
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        cases.append(Case(name, str(path), expect, bad_rows, tuple(only), same_as))
+
+    parquet = (folder / "clean.parquet").read_bytes()
+    add("truncated_parquet", parquet[: len(parquet) // 2], "usage", suffix=".parquet")
+    # The footer intact, the pages zeroed: nothing tells before the rows are read.
+    add("corrupt_parquet_pages", pages_zeroed(parquet), "failed", suffix=".parquet")
+    add("not_parquet_at_all", b"PAR1 this is no parquet file PAR1", "usage", suffix=".parquet")
+    add("missing_column", csv_text(rows, columns=[c for c in COLUMNS if c != "item"]), "usage",
+        only=("select", "synthesize"))  # fmt: skip
+    extra = {**rows, "note": ["n"] * len(rows["user"])}
+    add("extra_column", csv_text(extra, columns=(*COLUMNS, "note")), "release")
+    quoted = {**rows, "note": ['a "quoted"\nline, with comma'] * len(rows["user"])}
+    add("quoted_newlines", csv_text(quoted, columns=("note", *COLUMNS)), "release")
+    add("byte_order_mark", "\ufeff" + csv_text(rows), "release")
+    # Each bad row is bad in every column a pipeline reads, so every pipeline rejects it.
+    add("wrong_types", csv_text(rows, ["1,many,lots,yes,no,maybe", "2,3.5,1e999x,2,0,1"]), "release", bad_rows=2)
+    add("nan_inf", csv_text(rows, ["4,1,nan,0,1,1", "5,2,inf,0,1,0", "6,3,-inf,1,1,1"]), "release", bad_rows=3,
+        only=("quantiles",))  # fmt: skip
+    zero = {**rows, "x": [0.0, *rows["x"][1:]]}
+    (folder / "zero.csv").write_text(csv_text(zero))
+    add("negative_zero", csv_text({**zero, "x": [-0.0, *zero["x"][1:]]}), "release", only=("quantiles",),
+        same_as="zero.csv")  # fmt: skip
+    # Out of the domain (synthesize), or beyond int64 (select reads item as an int too).
+    extremes = ["8,9223372036854775807,1.0,0,1,1", "9,-1,1.0,0,1,1", "10,99999999999999999999,1.0,0,1,1"]
+    add("int64_max_and_negative_codes", csv_text(rows, extremes), "release", bad_rows={"synthesize": 3, "select": 1},
+        only=("select", "synthesize"))  # fmt: skip
+    add("null_privacy_units", csv_text(rows, [",1,1.0,0,1,1", ",2,2.0,1,1,0"]), "release", bad_rows=2)
+    # Latin-1 bytes in a UTF-8 file, in every column a pipeline reads as text, codes or numbers.
+    latin1 = "11,café,1é,é,0,1\n".encode("latin-1")
+    add("mixed_encodings", csv_text(rows).encode() + latin1, "release", bad_rows=1)
+    add("zero_rows", ",".join(COLUMNS) + "\n", "release", same_as=None)
+    add("empty_file", b"", "usage")
+    cases.append(Case("glob_matches_nothing", str(folder / "nothing-*.parquet"), "usage"))
+    return cases
+
+
+def big_unit_rows(rows: dict[str, list], extra: int) -> dict[str, list]:
+    """The clean rows plus one user with ``extra`` rows (bounding must cut them to K)."""
+    rng = np.random.default_rng(1)
+    return {
+        "user": rows["user"] + [10**9] * extra,
+        "item": rows["item"] + rng.integers(0, ITEMS, extra).tolist(),
+        "x": rows["x"] + np.round(rng.uniform(0, 10, extra), 3).tolist(),
+        "f0": rows["f0"] + [0] * extra,
+        "f1": rows["f1"] + [1] * extra,
+        "y": rows["y"] + [1] * extra,
+    }

@@ -1,0 +1,125 @@
+"""Every pipeline against the adversarial corpus (corpus.py): a one-line refusal before any budget is
+spent, or the clean rows' release with the bad rows in the dead letter, or a clean failure. Never a
+traceback, never a silently different answer, never an output that looks complete but is not."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from corpus import ITEMS, Case, big_unit_rows, clean_rows, csv_text, write_corpus
+
+from beam_expmech.ledger import Ledger
+from pipelines import common, learn, quantiles, select, synthesize
+
+PIPELINES = {
+    "select": (select, ["--column", "item", "--candidate-range", f"0:{ITEMS}", "--top-k", "2"], "json"),
+    "quantiles": (
+        quantiles,
+        ["--column", "x", "--lower", "0", "--upper", "10", "--quantiles", "0.25,0.5,0.75", "--bins", "64"],
+        "json",
+    ),
+    "learn": (learn, ["--features", "f0,f1", "--label", "y"], "json"),
+    "synthesize": (
+        synthesize,
+        ["--domain", "{domain}", "--method", "mwem", "--rounds", "2", "--rows", "50"],
+        "parquet",
+    ),
+}
+# K above any clean user's row count: bounding keeps every clean row, so releases can be compared.
+UNIT = ["--privacy-unit", "user", "--max-rows-per-unit", "40", "--epsilon", "1", "--seed", "3"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, list[Case]]:
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "domain.json").write_text(json.dumps({"item": ITEMS, "f0": 2, "f1": 2, "y": 2}))
+    return folder, write_corpus(folder, clean_rows())
+
+
+def run(pipeline: str, source: str, folder: Path, out: Path, capsys) -> tuple[int, str, Ledger]:
+    """The pipeline on ``source`` as its command line runs it, charged to a fresh ledger."""
+    module, flags, _kind = PIPELINES[pipeline]
+    ledger = Ledger(str(out.parent / "ledger.json"))
+    ledger.init("d", epsilon=100.0)
+    flags = [f.replace("{domain}", str(folder / "domain.json")) for f in flags]
+    argv = ["--input", source, *flags, *UNIT, "--output", str(out),
+            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+    capsys.readouterr()
+    code = common.run_cli(module.main, argv)  # an uncaught exception here is a traceback: the test fails
+    return code, capsys.readouterr().err, ledger
+
+
+def released(out: Path, kind: str):
+    if kind == "json":
+        return json.loads(out.read_text())
+    return pq.read_table(out).to_pydict()
+
+
+def dead_letter_rows(out: Path) -> int:
+    with open(common.dead_letter_path(str(out)), newline="") as handle:
+        return sum(1 for _ in csv.reader(handle)) - 1
+
+
+BASELINES: dict = {}
+
+
+def baseline(pipeline: str, folder: Path, name: str, tmp_path_factory, capsys):
+    if (pipeline, name) not in BASELINES:
+        out = tmp_path_factory.mktemp(f"baseline-{pipeline}") / ("out.json" if PIPELINES[pipeline][2] == "json"
+                                                                    else "out.parquet")  # fmt: skip
+        code, err, _ = run(pipeline, str(folder / name), folder, out, capsys)
+        assert code == 0, err
+        BASELINES[pipeline, name] = released(out, PIPELINES[pipeline][2])
+    return BASELINES[pipeline, name]
+
+
+CASE_NAMES = ["truncated_parquet", "corrupt_parquet_pages", "not_parquet_at_all", "missing_column", "extra_column",
+              "quoted_newlines", "byte_order_mark", "wrong_types", "nan_inf", "negative_zero",
+              "int64_max_and_negative_codes", "null_privacy_units", "mixed_encodings", "zero_rows", "empty_file",
+              "glob_matches_nothing"]  # fmt: skip
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_every_pipeline_on_every_corpus_file(pipeline, name, corpus, tmp_path, tmp_path_factory, capsys):
+    folder, cases = corpus
+    case = next(c for c in cases if c.name == name)
+    if case.only and pipeline not in case.only:
+        pytest.skip(f"{name} is about columns {pipeline} does not read")
+    kind = PIPELINES[pipeline][2]
+    out = tmp_path / ("out.json" if kind == "json" else "out.parquet")
+    code, err, ledger = run(pipeline, case.path, folder, out, capsys)
+    records = ledger.dataset("d")["releases"]
+    lines = err.strip().splitlines()
+    if case.expect == "usage":
+        assert code == common.USAGE_ERROR and len(lines) == 1 and lines[0].startswith("error: "), err
+        assert records == [] and not out.exists()
+    elif case.expect == "failed":
+        assert code == common.JOB_ERROR and lines[-1].startswith("error: "), err
+        assert [r["status"] for r in records] == ["failed"] and not out.exists()
+    else:
+        assert code == 0, err
+        assert [r["status"] for r in records] == ["done"]
+        assert dead_letter_rows(out) == case.rejected(pipeline)
+        if case.same_as is not None:
+            assert released(out, kind) == baseline(pipeline, folder, case.same_as, tmp_path_factory, capsys)
+
+
+def test_one_unit_with_a_million_rows_is_bounded(tmp_path, capsys):
+    rows = big_unit_rows(clean_rows(), 1_000_000)
+    (tmp_path / "big.csv").write_text(csv_text(rows))
+    out = tmp_path / "out.json"
+    code, err, _ledger = run("select", str(tmp_path / "big.csv"), tmp_path, out, capsys)
+    assert code == 0, err
+    assert dead_letter_rows(out) == 0 and released(out, "json")["max_rows_per_unit"] == 40
+
+
+def test_a_bucket_that_does_not_exist(gcs_emulator, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    code, err, ledger = run("select", "gs://no-such-bucket/data/*.parquet", tmp_path, out, capsys)
+    assert code == common.USAGE_ERROR and err.count("\n") == 1 and "no-such-bucket" in err
+    assert ledger.dataset("d")["releases"] == [] and not out.exists()
