@@ -27,14 +27,17 @@ ITEMS = 6
 @dataclass(frozen=True)
 class Case:
     name: str
-    path: str  # the --input (a file, a glob, or gs://)
+    file: str  # the --input, inside the corpus folder (a file or a glob)
     expect: str  # "usage", "release" or "failed"
     bad_rows: int | dict = 0  # rows the pipeline must send to the dead letter (or per pipeline)
-    only: tuple[str, ...] = ()  # pipelines the case applies to (default: all)
+    only: tuple[str, ...] = ()  # the pipelines that read the broken columns (default: all)
     same_as: str | None = "clean.csv"  # the release must equal the one from this file (None: no check)
 
     def rejected(self, pipeline: str) -> int:
         return self.bad_rows.get(pipeline, 0) if isinstance(self.bad_rows, dict) else self.bad_rows
+
+    def applies_to(self, pipeline: str) -> bool:
+        return not self.only or pipeline in self.only
 
 
 def clean_rows(rows: int = 400, seed: int = 0) -> dict[str, list]:
@@ -58,51 +61,68 @@ def csv_text(rows: dict[str, list], extra_lines: list[str] = (), columns=COLUMNS
     return out.getvalue() + "".join(line + "\n" for line in extra_lines)
 
 
-def write_corpus(folder: Path, rows: dict[str, list]) -> list[Case]:
-    """Write every case's file into ``folder``; the clean file is ``clean.csv``."""
+CASES = [
+    Case("truncated_parquet", "truncated_parquet.parquet", "usage"),
+    # The footer intact, the pages zeroed: nothing tells before the rows are read.
+    Case("corrupt_parquet_pages", "corrupt_parquet_pages.parquet", "failed"),
+    Case("not_parquet_at_all", "not_parquet_at_all.parquet", "usage"),
+    Case("missing_column", "missing_column.csv", "usage", only=("select", "synthesize")),
+    Case("extra_column", "extra_column.csv", "release"),
+    Case("quoted_newlines", "quoted_newlines.csv", "release"),
+    Case("byte_order_mark", "byte_order_mark.csv", "release"),
+    Case("wrong_types", "wrong_types.csv", "release", bad_rows=2),
+    Case("nan_inf", "nan_inf.csv", "release", bad_rows=3, only=("quantiles",)),
+    Case("negative_zero", "negative_zero.csv", "release", only=("quantiles",), same_as="zero.csv"),
+    Case(
+        "int64_max_and_negative_codes",
+        "int64_max_and_negative_codes.csv",
+        "release",
+        bad_rows={"synthesize": 3, "select": 1},
+        only=("select", "synthesize"),
+    ),
+    Case("null_privacy_units", "null_privacy_units.csv", "release", bad_rows=2),
+    Case("mixed_encodings", "mixed_encodings.csv", "release", bad_rows=1),
+    Case("zero_rows", "zero_rows.csv", "release", same_as=None),
+    Case("empty_file", "empty_file.csv", "usage"),
+    Case("glob_matches_nothing", "nothing-*.parquet", "usage"),
+]
+
+
+def write_corpus(folder: Path, rows: dict[str, list]) -> None:
+    """Write every case's file into ``folder``, beside ``clean.csv`` (and ``zero.csv``)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "clean.csv").write_text(csv_text(rows))
-    table = pa.table({c: rows[c] for c in COLUMNS})
-    pq.write_table(table, folder / "clean.parquet", row_group_size=100)
-    cases = []
-
-    def add(name: str, data: str | bytes, expect: str, bad_rows=0, only=(), suffix=".csv", same_as="clean.csv"):
-        path = folder / f"{name}{suffix}"
-        path.write_bytes(data if isinstance(data, bytes) else data.encode())
-        cases.append(Case(name, str(path), expect, bad_rows, tuple(only), same_as))
-
+    pq.write_table(pa.table({c: rows[c] for c in COLUMNS}), folder / "clean.parquet", row_group_size=100)
     parquet = (folder / "clean.parquet").read_bytes()
-    add("truncated_parquet", parquet[: len(parquet) // 2], "usage", suffix=".parquet")
-    # The footer intact, the pages zeroed: nothing tells before the rows are read.
-    add("corrupt_parquet_pages", pages_zeroed(parquet), "failed", suffix=".parquet")
-    add("not_parquet_at_all", b"PAR1 this is no parquet file PAR1", "usage", suffix=".parquet")
-    add("missing_column", csv_text(rows, columns=[c for c in COLUMNS if c != "item"]), "usage",
-        only=("select", "synthesize"))  # fmt: skip
-    extra = {**rows, "note": ["n"] * len(rows["user"])}
-    add("extra_column", csv_text(extra, columns=(*COLUMNS, "note")), "release")
-    quoted = {**rows, "note": ['a "quoted"\nline, with comma'] * len(rows["user"])}
-    add("quoted_newlines", csv_text(quoted, columns=("note", *COLUMNS)), "release")
-    add("byte_order_mark", "\ufeff" + csv_text(rows), "release")
-    # Each bad row is bad in every column a pipeline reads, so every pipeline rejects it.
-    add("wrong_types", csv_text(rows, ["1,many,lots,yes,no,maybe", "2,3.5,1e999x,2,0,1"]), "release", bad_rows=2)
-    add("nan_inf", csv_text(rows, ["4,1,nan,0,1,1", "5,2,inf,0,1,0", "6,3,-inf,1,1,1"]), "release", bad_rows=3,
-        only=("quantiles",))  # fmt: skip
     zero = {**rows, "x": [0.0, *rows["x"][1:]]}
     (folder / "zero.csv").write_text(csv_text(zero))
-    add("negative_zero", csv_text({**zero, "x": [-0.0, *zero["x"][1:]]}), "release", only=("quantiles",),
-        same_as="zero.csv")  # fmt: skip
-    # Out of the domain (synthesize), or beyond int64 (select reads item as an int too).
+    quoted = {**rows, "note": ['a "quoted"\nline, with comma'] * len(rows["user"])}
+    # Each bad row is bad in every column a pipeline reads, so every pipeline rejects it.
     extremes = ["8,9223372036854775807,1.0,0,1,1", "9,-1,1.0,0,1,1", "10,99999999999999999999,1.0,0,1,1"]
-    add("int64_max_and_negative_codes", csv_text(rows, extremes), "release", bad_rows={"synthesize": 3, "select": 1},
-        only=("select", "synthesize"))  # fmt: skip
-    add("null_privacy_units", csv_text(rows, [",1,1.0,0,1,1", ",2,2.0,1,1,0"]), "release", bad_rows=2)
-    # Latin-1 bytes in a UTF-8 file, in every column a pipeline reads as text, codes or numbers.
-    latin1 = "11,café,1é,é,0,1\n".encode("latin-1")
-    add("mixed_encodings", csv_text(rows).encode() + latin1, "release", bad_rows=1)
-    add("zero_rows", ",".join(COLUMNS) + "\n", "release", same_as=None)
-    add("empty_file", b"", "usage")
-    cases.append(Case("glob_matches_nothing", str(folder / "nothing-*.parquet"), "usage"))
-    return cases
+    contents = {
+        "truncated_parquet": parquet[: len(parquet) // 2],
+        "corrupt_parquet_pages": pages_zeroed(parquet),
+        "not_parquet_at_all": b"PAR1 this is no parquet file PAR1",
+        "missing_column": csv_text(rows, columns=[c for c in COLUMNS if c != "item"]),
+        "extra_column": csv_text({**rows, "note": ["n"] * len(rows["user"])}, columns=(*COLUMNS, "note")),
+        "quoted_newlines": csv_text(quoted, columns=("note", *COLUMNS)),
+        "byte_order_mark": "\ufeff" + csv_text(rows),
+        "wrong_types": csv_text(rows, ["1,many,lots,yes,no,maybe", "2,3.5,1e999x,2,0,1"]),
+        "nan_inf": csv_text(rows, ["4,1,nan,0,1,1", "5,2,inf,0,1,0", "6,3,-inf,1,1,1"]),
+        "negative_zero": csv_text({**zero, "x": [-0.0, *zero["x"][1:]]}),
+        # Out of the domain (synthesize), or beyond int64 (select reads item as an int too).
+        "int64_max_and_negative_codes": csv_text(rows, extremes),
+        "null_privacy_units": csv_text(rows, [",1,1.0,0,1,1", ",2,2.0,1,1,0"]),
+        # Latin-1 bytes in a UTF-8 file, in every column a pipeline reads as text, codes or numbers.
+        "mixed_encodings": csv_text(rows).encode() + "11,café,1é,é,0,1\n".encode("latin-1"),
+        "zero_rows": ",".join(COLUMNS) + "\n",
+        "empty_file": b"",
+    }
+    assert set(contents) == {c.name for c in CASES if "*" not in c.file}
+    for case in CASES:
+        if case.name in contents:
+            data = contents[case.name]
+            (folder / case.file).write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
 def big_unit_rows(rows: dict[str, list], extra: int) -> dict[str, list]:
