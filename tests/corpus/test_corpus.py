@@ -113,8 +113,9 @@ def test_one_unit_with_a_million_rows_is_bounded(tmp_path, capsys):
     assert dead_letter_rows(out) == 0 and released(out, "json")["max_rows_per_unit"] == 40
 
 
-def test_a_bucket_that_does_not_exist(gcs_emulator, tmp_path, capsys):
-    out = tmp_path / "out.json"
-    code, err, ledger = run("select", "gs://no-such-bucket/data/*.parquet", tmp_path, out, capsys)
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_a_bucket_that_does_not_exist(pipeline, gcs_emulator, corpus, tmp_path, capsys):
+    out = tmp_path / ("out.json" if PIPELINES[pipeline][2] == "json" else "out.parquet")
+    code, err, ledger = run(pipeline, "gs://no-such-bucket/data/*.parquet", corpus, out, capsys)
     assert code == common.USAGE_ERROR and err.count("\n") == 1 and "no-such-bucket" in err
     assert ledger.dataset("d")["releases"] == [] and not out.exists()
