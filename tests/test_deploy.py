@@ -16,7 +16,7 @@ import pytest
 from beam_data import purchases, write
 
 from deploy.dataflow import metadata as template_metadata
-from pipelines import learn, quantiles, select, synthesize
+from pipelines import common, learn, quantiles, select, synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
 NLTCS = ROOT.parent / "shared" / "data" / "nltcs"
@@ -87,8 +87,9 @@ def test_every_pipeline_builds_its_graph_for_dataflow(tmp_path, monkeypatch, gcs
         raise Built
 
     monkeypatch.setattr(beam.Pipeline, "run", build_only)
-    with pytest.raises(Built):
+    with pytest.raises(common.JobFailedError) as stopped:  # how the pipeline reports any stop of its run
         MODULES[pipeline].main([*flags, "--epsilon", "1", *dataflow])
+    assert isinstance(stopped.value.__cause__, Built)
     runner, proto = graphs[0]
     assert type(runner).__name__ == "DataflowRunner"
     names = {t.unique_name for t in proto.components.transforms.values()}
