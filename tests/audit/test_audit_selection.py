@@ -88,14 +88,26 @@ def test_exponential_mechanism_sampler(audit, scores, epsilon, monotonic, log_me
     record_sampler(audit, "exponential", draws, dict(enumerate(pmf)))
 
 
-def test_exponential_mechanism_exact_path_sampler(audit):
+@pytest.mark.parametrize(
+    "subject,noise,pmf_of,scores,epsilon,seed",
+    [
+        ("exponential (exact path only)", Noise.GUMBEL, selection_probabilities, [0, 1, 1, 2.5], 1.5, 5),
+        (
+            "permute-and-flip (exact path only)",
+            Noise.EXPONENTIAL,
+            permute_and_flip_probabilities,
+            [0, 2, 2, 3],
+            1.0,
+            22,
+        ),
+    ],
+)
+def test_exact_path_sampler(audit, subject, noise, pmf_of, scores, epsilon, seed):
     """The slow path alone (no float screen), started from zero bits of every uniform."""
-    scores = [0, 1, 1, 2.5]
-    weights = log_weights(scores, epsilon=1.5, sensitivity=1)
-    source = random_source(5)
-    draws = [exact_top_k(weights, 1, Noise.GUMBEL, source)[0] for _ in range(6_000)]
-    pmf = selection_probabilities(scores, epsilon=1.5, sensitivity=1)
-    record_sampler(audit, "exponential (exact path only)", draws, dict(enumerate(pmf)))
+    weights = log_weights(scores, epsilon=epsilon, sensitivity=1)
+    source = random_source(seed)
+    draws = [exact_top_k(weights, 1, noise, source)[0] for _ in range(6_000)]
+    record_sampler(audit, subject, draws, dict(enumerate(pmf_of(scores, epsilon=epsilon, sensitivity=1))))
 
 
 # --- permute-and-flip -----------------------------------------------------------------------------
@@ -121,15 +133,6 @@ def test_permute_and_flip_sampler(audit, scores, monotonic):
     rng = np.random.default_rng(21)
     draws = [permute_and_flip(scores, epsilon=1.0, sensitivity=1, monotonic=monotonic, rng=rng) for _ in range(20_000)]
     record_sampler(audit, "permute-and-flip", draws, dict(enumerate(pmf)))
-
-
-def test_permute_and_flip_exact_path_sampler(audit):
-    scores = [0, 2, 2, 3]
-    weights = log_weights(scores, epsilon=1.0, sensitivity=1)
-    source = random_source(22)
-    draws = [exact_top_k(weights, 1, Noise.EXPONENTIAL, source)[0] for _ in range(5_000)]
-    pmf = permute_and_flip_probabilities(scores, epsilon=1.0, sensitivity=1)
-    record_sampler(audit, "permute-and-flip (exact path only)", draws, dict(enumerate(pmf)))
 
 
 # --- top-k ---------------------------------------------------------------------------------------
