@@ -231,8 +231,9 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     return values, problems
 
 
-def _decoded(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """Bytes as UTF-8 text; rows that are not valid UTF-8 become null and are flagged."""
+def _decoded(column: pa.Array, *, escape: bool = False) -> tuple[pa.Array, np.ndarray]:
+    """Bytes as UTF-8 text, and which rows were not valid UTF-8: null, or with ``escape`` their
+    bad bytes as \\xNN (for the dead letter)."""
     try:
         return pc.cast(column, pa.string()), np.zeros(len(column), bool)
     except pa.ArrowInvalid:  # only batches holding a bad byte get here, row by row
@@ -241,7 +242,7 @@ def _decoded(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
             try:
                 texts.append(None if value is None else value.decode("utf-8"))
             except UnicodeDecodeError:
-                texts.append(None)
+                texts.append(value.decode("utf-8", "backslashreplace") if escape else None)
                 invalid[i] = True
         return pa.array(texts, pa.string()), invalid
 
@@ -260,9 +261,8 @@ def _parse(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]
 def _as_text(array: pa.Array) -> pa.Array:
     if array.type == pa.string():
         return array
-    if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):  # bad bytes as \xNN escapes
-        return pa.array([None if v is None else v.decode("utf-8", "backslashreplace") for v in array.to_pylist()],
-                        pa.string())  # fmt: skip
+    if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):
+        return _decoded(array, escape=True)[0]
     try:
         return pc.cast(array, pa.string(), safe=False)
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # nested types: Python's repr, row by row
