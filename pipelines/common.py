@@ -26,6 +26,7 @@ from beam_expmech.transforms import (
     ValidateBatches,
     WriteDeadLetter,
 )
+from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.read import METRICS_NAMESPACE
 
 _LOG = logging.getLogger(__name__)
@@ -217,11 +218,13 @@ def counting_pipeline(
     family: PredicateFamily,
     release: beam.PTransform,
     write: Callable[[object], None],
+    *,
+    shard_size: int = DEFAULT_SHARD_SIZE,
 ) -> beam.Pipeline:
     """The job's graph, not yet run: read, validate, bound, count ``family``, apply ``release``, ``write`` it.
 
     ``release`` turns col: (candidate shard, counts) into one element: the only thing that
-    leaves the pipeline.
+    leaves the pipeline; its candidate shards hold ``shard_size`` candidates each.
     """
     pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
     batches = read_valid_batches(pipeline, files, args.format, specs, args.output)
@@ -229,7 +232,7 @@ def counting_pipeline(
         batches = batches | "Bound" >> BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
     _ = (
         batches
-        | "Count" >> PredicateCounts(family)  # col: (shard, counts)
+        | "Count" >> PredicateCounts(family, shard_size=shard_size)  # col: (shard, counts)
         | "Release" >> release  # col: dict, once
         | "Write" >> beam.Map(write)
     )
@@ -244,6 +247,8 @@ def run_counting_job(
     family: PredicateFamily,
     release: beam.PTransform,
     write: Callable[[object], None] | None = None,
+    *,
+    shard_size: int = DEFAULT_SHARD_SIZE,
 ) -> dict | None:
     """Build ``counting_pipeline`` and run it to the end.
 
@@ -256,7 +261,7 @@ def run_counting_job(
         def write(payload):
             io.write_json(output, payload)
 
-    pipeline = counting_pipeline(args, beam_args, files, specs, family, release, write)
+    pipeline = counting_pipeline(args, beam_args, files, specs, family, release, write, shard_size=shard_size)
     _LOG.info("running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(files), args.input)
     try:
         result = pipeline.run()

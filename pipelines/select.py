@@ -23,6 +23,7 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import PrivateSelect
+from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from pipelines import common
 
 BETA = 0.05
@@ -43,6 +44,13 @@ def build_parser() -> common.ArgumentParser:
         choices=("exponential", "permute-and-flip"),
         default="exponential",
         help="exponential (default), or permute-and-flip: never less accurate at the same epsilon (--top-k 1 only)",
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=int,
+        default=DEFAULT_SHARD_SIZE,
+        help=f"candidates per shard of the distributed selection (default {DEFAULT_SHARD_SIZE:,}): each shard's "
+        "top k is drawn on a worker, then merged exactly; smaller spreads a huge candidate set over more workers",
     )
     parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
     return parser
@@ -83,6 +91,7 @@ def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect
         k=args.top_k,
         mechanism=args.mechanism,
         monotonic=family.monotonic,
+        shard_size=args.shard_size,
         seed=args.seed,
     )
 
@@ -121,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     if common.dry_run(args, cost, files, public):
         return 0
     with common.charge(args, cost, "select"):  # before any row is read
-        released = common.run_counting_job(args, beam_args, files, specs, family, release_selection)
+        released = common.run_counting_job(
+            args, beam_args, files, specs, family, release_selection, shard_size=args.shard_size
+        )
 
     print(
         f"selected {', '.join(released['selected'])}: top-{args.top_k} of {family.num_candidates} candidates by "

@@ -169,3 +169,20 @@ def test_distributed_noisy_max_follows_peeling():
         draws.append(tuple(select_transform._merge(keys)))
     assert_follows(draws, peeling_pmf(scores.astype(float), 2, 2.0, 1))
     assert Counter(d[0] for d in draws)[4] > 1000
+
+
+@pytest.mark.parametrize("shard_size", [7, 3])
+def test_top_2_on_tied_counts_follows_peeling(shard_size):
+    """Issue 12's reproduction: survivors that the first screen already orders keep their own noise.
+
+    (Each key once carried the noise of the candidate at its position among all candidates: on
+    D = [3,3,0,0,0,3,3], P([1, 5]) was 0 against 0.0765 by peeling.)
+    """
+    counts = np.array([3, 3, 0, 0, 0, 3, 3], dtype=np.int64)
+    step = PrivateSelect(epsilon=2, sensitivity=1, num_candidates=7, k=2, monotonic=True, shard_size=shard_size)
+    shards = [(s, counts[s * shard_size : (s + 1) * shard_size]) for s in range(-(-7 // shard_size))]
+    draws = []
+    for seed in range(3000):
+        step.seed = seed
+        draws.append(tuple(step.select(shards)))
+    assert_follows(draws, peeling_pmf(counts.astype(float), 2, 2.0, 1, monotonic=True))

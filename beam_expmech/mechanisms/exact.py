@@ -131,10 +131,11 @@ def noisy_top_k_keys(weights: LogWeights, k: int, noise: Noise, source: RandomSo
     prefix = source.uint16(w.size)
     bits = _FIRST_BITS
     kept, low, high = _screen(w, extra, prefix, bits, k, noise)
+    prefix = prefix[kept]  # from here on, kept and prefix are aligned: position i is candidate kept[i]
     order = _ordered(low, high, k)
     if order is None:
         # Some keys overlap: 32 more bits for the survivors, and screen them again.
-        prefix = prefix[kept].astype(np.uint64) << np.uint64(_MORE_BITS) | source.uint32(len(kept))
+        prefix = prefix.astype(np.uint64) << np.uint64(_MORE_BITS) | source.uint32(len(kept))
         bits += _MORE_BITS
         again, low, high = _screen(w[kept], _take(extra, kept), prefix, bits, k, noise)
         kept, prefix = kept[again], prefix[again]

@@ -57,7 +57,8 @@ class PrivateSelect(beam.PTransform):
         if mechanism == "permute-and-flip" and self.k > 1:
             raise ValueError("permute-and-flip selects one candidate; use the exponential mechanism for k > 1")
         self.noise = MECHANISMS[mechanism]
-        self.monotonic, self.shard_size, self.seed = bool(monotonic), shard_size, seed
+        self.shard_size = parameters.count(shard_size, "shard_size")
+        self.monotonic, self.seed = bool(monotonic), seed
         random_source(seed)  # validates the seed now
 
     def _source(self, stream: int) -> RandomSource:

@@ -1,27 +1,45 @@
-"""Black-box audit of a whole pipeline: ``pipelines.select`` on two neighbouring tiny datasets.
+"""Black-box audit of ``pipelines.select`` as it ships, in every configuration its command line allows.
 
-The counts come from the pipeline's own graph (read, validate, bound, count) on each dataset; the
-selection is then drawn many times, seeded, by the pipeline's own final step in one process
-(``PrivateSelect.select``: the code its Beam ``expand`` runs). For every output, Clopper-Pearson
-intervals (99.9% each) give a lower confidence bound on |ln P(o | D) / P(o | D')|, which must
-stay below epsilon. The same audit of a final step declared with the wrong sensitivity must fail.
+The counts come from the pipeline's own graph (read, validate, bound, count into candidate shards)
+on two neighbouring tiny datasets; the selection is then drawn many times, seeded, by the pipeline's
+own final step in one process (``PrivateSelect.select``: the shard top-k and the exact merge that its
+Beam ``expand`` runs), and mapped to labels as the pipeline does. Each configuration is checked
+
+- against the exact pmf of the ideal mechanism on each dataset (k rounds of peeling for top-k,
+  permute-and-flip's own pmf), by a seeded chi-square; and
+- on the neighbouring pair: for every outcome, Clopper-Pearson intervals (99.9% each) give a lower
+  confidence bound on |ln P(o | D) / P(o | D')|, which must stay below epsilon.
+
+Shards of 3 of the 7 candidates (3, 3 and a short 1) exercise the merge. A final step declared with
+the wrong sensitivity must fail the same check.
 """
 
 from __future__ import annotations
 
 import math
+import pickle
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from audit_log import LONG
+from conftest import assert_follows, peeling_pmf
 from scipy.stats import beta
 
-from beam_expmech.transforms import GatherCounts
+from beam_expmech.mechanisms import permute_and_flip_probabilities
 from pipelines import common, select
 
-DRAWS = 40_000 if LONG else 4_000
+DRAWS = 30_000 if LONG else 3_000
 CONFIDENCE = 0.999
+LABELS = ("a", "b", "c", "d", "e", "f", "g")
+MAX_ROWS = 2  # K rows per user: sensitivity 2
+# D: three users with two rows each on candidates 0, 1, 5 and 6 (counts 6 6 0 0 0 6 6: ties everywhere);
+# D': one more user with three rows of candidate 0, of which the bounding keeps two.
+D_ITEMS = [item for item in (0, 1, 5, 6) for _ in range(3 * MAX_ROWS)]
+D_USERS = [i // MAX_ROWS for i in range(len(D_ITEMS))]
+NEW_USER, NEW_ITEMS = 1000, [0, 0, 0]
 
 
 def clopper_pearson(successes: int, trials: int) -> tuple[float, float]:
@@ -31,66 +49,122 @@ def clopper_pearson(successes: int, trials: int) -> tuple[float, float]:
     return low, high
 
 
-def log_ratio_lower_bound(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """(the observed max |ln p/q| over outcomes, its lower confidence bound)."""
+def log_ratio_lower_bound(a: np.ndarray, b: np.ndarray, draws: int = DRAWS) -> tuple[float, float]:
+    """(the observed max |ln p/q| over outcomes, its lower confidence bound), from hit counts."""
     observed, certain = 0.0, 0.0
     for x, y in ((a, b), (b, a)):
         for hits_x, hits_y in zip(x, y, strict=True):
             if hits_x and hits_y:
                 observed = max(observed, abs(math.log(hits_x / hits_y)))
-            low_x, _ = clopper_pearson(int(hits_x), DRAWS)
-            _, high_y = clopper_pearson(int(hits_y), DRAWS)
+            low_x, _ = clopper_pearson(int(hits_x), draws)
+            _, high_y = clopper_pearson(int(hits_y), draws)
             if low_x > 0:
                 certain = max(certain, math.log(low_x / high_y))
     return observed, certain
 
 
-def pipeline_counts(tmp_path, name: str, users: list[int], items: list[int], flags: list[str]) -> np.ndarray:
-    """The summed counts the pipeline's graph computes for this data (its Write step captures them)."""
+def command_line(tmp_path, *, top_k: int, mechanism: str, labelled: bool, shard_size: int) -> list[str]:
+    if labelled:
+        (tmp_path / "candidates.txt").write_text("\n".join(LABELS) + "\n")
+        candidates = ["--candidates", str(tmp_path / "candidates.txt")]
+    else:
+        candidates = ["--candidate-range", f"0:{len(LABELS)}"]
+    return ["--column", "item", *candidates, "--privacy-unit", "user", "--max-rows-per-unit", str(MAX_ROWS),
+            "--epsilon", "2", "--top-k", str(top_k), "--mechanism", mechanism, "--shard-size", str(shard_size),
+            "--seed", "0"]  # fmt: skip
+
+
+def pipeline_shards(tmp_path, name: str, users: list[int], items: list[int], flags: list[str], labelled: bool):
+    """The (candidate shard, counts) pairs the pipeline's graph hands its final step, for this data."""
     path = tmp_path / f"{name}.parquet"
-    pq.write_table(pa.table({"user": users, "item": items}), path)
+    column = [LABELS[i] for i in items] if labelled else items
+    pq.write_table(pa.table({"user": users, "item": column}), path)
     args, beam_args = select.parse_args(["--input", str(path), *flags, "--output", str(tmp_path / f"{name}.json")])
     family, spec = select.candidate_family(args)
     specs = [spec, *common.unit_specs(args)]
-    captured = tmp_path / f"{name}.npy"
+    captured = tmp_path / f"{name}.pickle"
     common.counting_pipeline(
-        args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
-        lambda counts: np.save(captured, counts),
+        args, beam_args, common.check_input(args, specs), specs, family, beam.combiners.ToList(),
+        lambda shards: captured.write_bytes(pickle.dumps(sorted(shards, key=lambda kv: kv[0]))),
+        shard_size=args.shard_size,
     ).run().wait_until_finish()  # fmt: skip
-    return np.load(captured)
+    return pickle.loads(captured.read_bytes())
 
 
-def frequencies(args, family, counts: np.ndarray, *, sensitivity: float | None = None) -> np.ndarray:
-    """How often each candidate is selected over DRAWS seeded runs of the pipeline's final step."""
-    hits = np.zeros(family.num_candidates, dtype=int)
+def released(args, family, shards, *, sensitivity: float | None = None) -> list[tuple]:
+    """The labels the pipeline's final step releases over DRAWS seeded runs."""
+    outcomes = []
     for seed in range(DRAWS):
         args.seed = seed
         step = select.selection(args, family)
         if sensitivity is not None:
-            step.sensitivity = sensitivity  # the bug this audit must catch
-        hits[step.select([(0, counts)])[0]] += 1
-    return hits
+            step.sensitivity = sensitivity  # a planted bug the audit must catch
+        outcomes.append(tuple(family.labels(step.select(shards))))
+    return outcomes
 
 
-def test_select_on_neighbouring_datasets(audit, tmp_path):
-    flags = ["--column", "item", "--candidate-range", "0:2", "--privacy-unit", "user", "--max-rows-per-unit", "3",
-             "--epsilon", "1"]  # fmt: skip
-    # D: ten users, one row each, split evenly; D': one more user with three rows of item 0.
-    users, items = list(range(10)), [0] * 5 + [1] * 5
-    d = pipeline_counts(tmp_path, "d", users, items, flags)
-    d_prime = pipeline_counts(tmp_path, "d_prime", [*users, 10, 10, 10], [*items, 0, 0, 0], flags)
-    assert d.tolist() == [5, 5] and d_prime.tolist() == [8, 5]
+def ideal_pmf(args, family, counts: np.ndarray) -> dict:
+    """The ideal mechanism's law over released label tuples: peeling for the exponential mechanism."""
+    sensitivity = MAX_ROWS * family.contribution
+    if args.mechanism == "permute-and-flip":
+        p = permute_and_flip_probabilities(counts, epsilon=args.epsilon, sensitivity=sensitivity, monotonic=True)
+        pmf = {(i,): float(q) for i, q in enumerate(p)}
+    else:
+        pmf = peeling_pmf(counts.astype(float), args.top_k, args.epsilon, sensitivity, monotonic=True)
+    return {tuple(family.labels(list(outcome))): q for outcome, q in pmf.items()}
+
+
+def hits(outcomes: list[tuple], support: list[tuple]) -> np.ndarray:
+    position = {o: i for i, o in enumerate(support)}
+    counts = np.zeros(len(support), dtype=int)
+    for o in outcomes:
+        counts[position[o]] += 1
+    return counts
+
+
+CONFIGURATIONS = [
+    # (top_k, mechanism, labelled, shard_size)
+    (1, "exponential", False, 3),
+    (2, "exponential", False, 3),
+    (3, "exponential", True, 3),
+    (2, "exponential", True, 7),  # one shard
+    (1, "permute-and-flip", True, 3),
+    (1, "permute-and-flip", False, 7),
+]
+
+
+@pytest.mark.parametrize("top_k,mechanism,labelled,shard_size", CONFIGURATIONS)
+def test_select_as_shipped(audit, tmp_path, top_k, mechanism, labelled, shard_size):
+    flags = command_line(tmp_path, top_k=top_k, mechanism=mechanism, labelled=labelled, shard_size=shard_size)
+    d = pipeline_shards(tmp_path, "d", D_USERS, D_ITEMS, flags, labelled)
+    d_prime = pipeline_shards(tmp_path, "d_prime", [*D_USERS, *[NEW_USER] * 3], [*D_ITEMS, *NEW_ITEMS], flags, labelled)
+    assert [s for s, _ in d] == list(range(math.ceil(len(LABELS) / shard_size)))
+    assert np.concatenate([c for _, c in d]).tolist() == [6, 6, 0, 0, 0, 6, 6]
+    assert np.concatenate([c for _, c in d_prime]).tolist() == [8, 6, 0, 0, 0, 6, 6]
 
     args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json"])
     family, _ = select.candidate_family(args)
-    observed, certain = log_ratio_lower_bound(frequencies(args, family, d), frequencies(args, family, d_prime))
-    audit.check("pipelines.select (black box)", f"observed max |ln P/P'| ({DRAWS:,} runs each)", cases=2 * DRAWS,
-                worst=observed, bound=args.epsilon)  # fmt: skip
-    audit.check("pipelines.select (black box)", "its 99.9% Clopper-Pearson lower bound", cases=2 * DRAWS,
-                worst=certain, bound=args.epsilon)  # fmt: skip
+    subject = f"pipelines.select k={top_k} {mechanism}, {'labels' if labelled else 'ints'}, shards of {shard_size}"
+    draws = {}
+    for name, shards in (("D", d), ("D'", d_prime)):
+        draws[name] = released(args, family, shards)
+        pmf = ideal_pmf(args, family, np.concatenate([c for _, c in shards]))
+        p_value = assert_follows(draws[name], pmf)
+        audit.check(subject, "released vs ideal pmf: -log10 p (chi-square)", cases=DRAWS,
+                    worst=-math.log10(p_value), bound=6.0)  # fmt: skip
+    support = sorted(ideal_pmf(args, family, np.zeros(len(LABELS))))
+    _, certain = log_ratio_lower_bound(hits(draws["D"], support), hits(draws["D'"], support))
+    audit.check(subject, f"|ln P/P'|: 99.9% lower bound ({DRAWS:,} runs each)", cases=2 * DRAWS, worst=certain,
+                bound=args.epsilon)  # fmt: skip
 
-    # A final step that ignored the bound of 3 rows per user would show a loss of ln((1+e^3)/2) ~ 2.3.
-    wrong = log_ratio_lower_bound(
-        frequencies(args, family, d, sensitivity=1.0), frequencies(args, family, d_prime, sensitivity=1.0)
-    )
-    assert wrong[1] > args.epsilon
+
+def test_the_black_box_check_catches_a_wrong_sensitivity(tmp_path):
+    """A final step that ignored the bound of 2 rows per user shows a loss well above epsilon."""
+    flags = command_line(tmp_path, top_k=1, mechanism="exponential", labelled=False, shard_size=3)
+    d = pipeline_shards(tmp_path, "d", D_USERS, D_ITEMS, flags, False)
+    d_prime = pipeline_shards(tmp_path, "d_prime", [*D_USERS, *[NEW_USER] * 3], [*D_ITEMS, *NEW_ITEMS], flags, False)
+    args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json"])
+    family, _ = select.candidate_family(args)
+    support = sorted(ideal_pmf(args, family, np.zeros(len(LABELS))))
+    wrong = [hits(released(args, family, shards, sensitivity=0.5), support) for shards in (d, d_prime)]
+    assert log_ratio_lower_bound(*wrong)[1] > args.epsilon
