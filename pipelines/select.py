@@ -96,6 +96,13 @@ def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect
     )
 
 
+def charged(args: argparse.Namespace) -> Release:
+    """What the release costs: epsilon-DP either way; the exponential mechanism is also bounded range
+    (epsilon^2/8-zCDP; top-k composes k rounds of epsilon/k), permute-and-flip is pure DP only."""
+    release = Release.exponential_mechanism if args.mechanism == "exponential" else Release.pure
+    return release(args.epsilon, f"top-{args.top_k} of {args.column}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     common.check_unit_flags(args)
@@ -105,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = [spec, *common.unit_specs(args)]
     files = common.check_input(args, specs)
 
-    release = Release.exponential_mechanism if args.mechanism == "exponential" else Release.pure
-    cost = release(args.epsilon, f"top-{args.top_k} of {args.column}")
+    cost = charged(args)
     loss = accuracy_bound(
         epsilon=args.epsilon / args.top_k,
         sensitivity=sensitivity,

@@ -16,6 +16,7 @@ the wrong sensitivity must fail the same check.
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 
@@ -26,9 +27,10 @@ import pyarrow.parquet as pq
 import pytest
 from audit_log import LONG
 from conftest import assert_follows, peeling_pmf
+from privacy_loss import PrivacyLoss, record_sampler, score_neighbours
 from scipy.stats import beta
 
-from beam_expmech.mechanisms import permute_and_flip_probabilities
+from beam_expmech.mechanisms import exponential_mechanism, permute_and_flip_probabilities
 from pipelines import common, select
 
 DRAWS = 30_000 if LONG else 3_000
@@ -168,3 +170,43 @@ def test_the_black_box_check_catches_a_wrong_sensitivity(tmp_path):
     support = sorted(ideal_pmf(args, family, np.zeros(len(LABELS))))
     wrong = [hits(released(args, family, shards, sensitivity=0.5), support) for shards in (d, d_prime)]
     assert log_ratio_lower_bound(*wrong)[1] > args.epsilon
+
+
+@pytest.mark.parametrize("top_k,mechanism", [(1, "exponential"), (2, "exponential"), (3, "exponential"),
+                                             (1, "permute-and-flip")])  # fmt: skip
+def test_select_charges_what_its_mechanism_spends(audit, tmp_path, top_k, mechanism):
+    """The Release the command charges covers the ideal mechanism it runs (whose law the released draws
+    follow, above): epsilon-DP and, as charged, the Renyi bound of rho-zCDP, exactly on a score grid."""
+    flags = command_line(tmp_path, top_k=top_k, mechanism=mechanism, labelled=False, shard_size=3)
+    args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json", "--candidate-range", "0:3"])
+    family, _ = select.candidate_family(args)
+    cost, loss = select.charged(args), PrivacyLoss()
+    for counts in itertools.product((0, 3), repeat=3):
+        base = ideal_pmf(args, family, np.array(counts, dtype=float))
+        for other in score_neighbours(np.array(counts, dtype=float), MAX_ROWS, monotone=True):
+            loss.add(base, ideal_pmf(args, family, other))
+    loss.report(audit, f"pipelines.select k={top_k} {mechanism}: charge", epsilon=cost.epsilon, rho=cost.rho)
+
+
+def test_unseeded_selection_draws_fresh_os_randomness():
+    """Without --seed the final step's noise is the OS's: repeated runs on tied counts disagree, and the
+    release says its randomness was private."""
+    args, _ = select.parse_args(["--input", "x", "--column", "c", "--candidate-range", "0:7", "--epsilon", "1",
+                                 "--top-k", "2", "--shard-size", "3", "--output", "x.json"])  # fmt: skip
+    family, _ = select.candidate_family(args)
+    step = select.selection(args, family)
+    shards = [(0, np.zeros(3, np.int64)), (1, np.zeros(3, np.int64)), (2, np.zeros(1, np.int64))]
+    assert len({tuple(step.select(shards)) for _ in range(20)}) > 1  # 20 equal draws: p < 1e-35
+    assert step._source(0).private and step._source(1).private
+
+
+def test_scores_beyond_float_precision_are_sampled_exactly(audit):
+    """Scores that differ by less than float64 can tell apart at their size (MWEM's scores in units of
+    2^-30 counts reach 2^60 at n = 10^9): the exact step must decide, or the draw is uniform."""
+    top = 2**60
+    scores = np.array([top, top + 1, top + 3], dtype=object)
+    weights = [math.exp(2 * (s - top)) for s in scores]  # epsilon 4, sensitivity 1: exp(2 (s - top)), exactly
+    pmf = {i: w / sum(weights) for i, w in enumerate(weights)}
+    rng = np.random.default_rng(17)
+    draws = [exponential_mechanism(scores, epsilon=4, sensitivity=1, rng=rng) for _ in range(3000)]
+    record_sampler(audit, "exponential (scores beyond 2^53)", draws, pmf)
