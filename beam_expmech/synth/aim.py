@@ -186,7 +186,7 @@ def scores(candidates, weights, truth, model: GraphicalModel, *, sigma: float, m
 
 
 def _select(candidates, weights, truth, model, *, sigma, epsilon, max_rows, rng) -> tuple[str, ...]:
-    """The exponential mechanism over ``candidates`` with AIM's score."""
+    """The exponential mechanism over ``candidates`` with AIM's score (not monotone: an error)."""
     values, sensitivity = scores(candidates, weights, truth, model, sigma=sigma, max_rows=max_rows)
     index = exponential_mechanism(np.array(values, dtype=object), epsilon=epsilon, sensitivity=sensitivity, rng=rng)
     return candidates[index]

@@ -176,8 +176,7 @@ def mwem(
         candidates = [c for c in workload if model.merged_size(c) <= max_cells]
         if not candidates:  # every useful marginal would outgrow the memory cap: stop spending
             break
-        scores, sensitivity = selection_scores(candidates, marginals, model, n=n, max_rows=max_rows)
-        chosen = candidates[exponential_mechanism(scores, epsilon=each, sensitivity=sensitivity, rng=source)]
+        chosen = _select(candidates, marginals, model, n=n, max_rows=max_rows, epsilon=each, rng=source)
         releases.append(Release.exponential_mechanism(each, f"MWEM select {chosen}"))
         noisy = discrete_laplace_mechanism(marginals[chosen], epsilon=each, sensitivity=max_rows, rng=source)
         releases.append(Release.pure(each, f"MWEM measure {chosen}"))
@@ -197,6 +196,12 @@ def selection_scores(
     """
     scores = np.array([_score(marginals[c], model.marginal(c), n) for c in candidates], dtype=object)
     return scores, 2 * max_rows * (2**_FIXED + max(marginals[c].size for c in candidates))
+
+
+def _select(candidates: list, marginals: dict, model: FactoredModel, *, n: int, max_rows: int, epsilon: float, rng):
+    """The exponential mechanism over ``candidates`` with MWEM's score (not monotone: an error)."""
+    scores, sensitivity = selection_scores(candidates, marginals, model, n=n, max_rows=max_rows)
+    return candidates[exponential_mechanism(scores, epsilon=epsilon, sensitivity=sensitivity, rng=rng)]
 
 
 def _score(true_counts: np.ndarray, model_probabilities: np.ndarray, n: int) -> int:

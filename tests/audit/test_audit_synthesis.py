@@ -178,3 +178,47 @@ def test_mwem_selection_on_neighbouring_data(audit):
             record_selection(audit, "MWEM selection", before, after, sensitivity, loss, epsilon)
     loss.report(audit, "MWEM selection", epsilon=epsilon, bounded_range=True, rho=epsilon**2 / 8)
     assert math.isfinite(loss.epsilon)
+
+
+def spread_epsilon(scores, sensitivity) -> float:
+    """An epsilon at which the scores' exponents span about 3 (neither uniform nor a point mass)."""
+    return 6.0 * sensitivity / float(max(scores) - min(scores))
+
+
+def test_aim_selection_sampler(audit):
+    """AIM's own selection step (scores, sensitivity, the mechanism it calls) against the exact pmf of the
+    exponential mechanism for a score that is not monotone."""
+    batch, domain = load("nltcs", 4)
+    model = GraphicalModel(domain, [(c,) for c in domain], total=float(batch.num_rows))
+    model.fit([Measurement((c,), v.astype(float), 10.0) for (c,), v in marginals(batch, domain, 1).items()])
+    workload = marginals(batch, domain, 2)
+    weights = aim_module._closure_weights(list(workload), {c: i for i, c in enumerate(domain)})
+    candidates = list(weights)
+    truth = {r: aim_module._marginal_from(workload, r) for r in candidates}
+    values, sensitivity = aim_module.scores(candidates, weights, truth, model, sigma=5.0, max_rows=2)
+    epsilon = spread_epsilon(values, sensitivity)
+    pmf = selection_probabilities(np.array(values, dtype=object), epsilon=epsilon, sensitivity=sensitivity)
+    rng = np.random.default_rng(96)
+    draws = [
+        candidates.index(aim_module._select(candidates, weights, truth, model, sigma=5.0, epsilon=epsilon,
+                                            max_rows=2, rng=rng))
+        for _ in range(2000)
+    ]  # fmt: skip
+    record_sampler(audit, "AIM selection", draws, dict(enumerate(pmf)))
+
+
+def test_mwem_selection_sampler(audit):
+    """MWEM's own selection step against the exact pmf of the exponential mechanism (not monotone)."""
+    batch, domain = load("nltcs", 4)
+    workload = marginals(batch, domain, 2)
+    model = mwem_module.mwem(workload, domain, epsilon=2.0, rounds=2, rng=97).model
+    candidates, n = list(workload), batch.num_rows
+    values, sensitivity = mwem_module.selection_scores(candidates, workload, model, n=n, max_rows=2)
+    epsilon = spread_epsilon(values, sensitivity)
+    pmf = selection_probabilities(values, epsilon=epsilon, sensitivity=sensitivity)
+    rng = np.random.default_rng(98)
+    draws = [
+        candidates.index(mwem_module._select(candidates, workload, model, n=n, max_rows=2, epsilon=epsilon, rng=rng))
+        for _ in range(2000)
+    ]
+    record_sampler(audit, "MWEM selection", draws, dict(enumerate(pmf)))
