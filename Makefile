@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: demo test test-airflow audit audit-long bench clean
+.PHONY: demo test test-airflow audit audit-long audit-mutants bench clean
 
 $(VENV)/.installed-%: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ audit: $(VENV)/.installed-test
 # The same with far more random datasets and seeded runs (tens of minutes).
 audit-long: $(VENV)/.installed-test
 	BEAM_EXPMECH_AUDIT_LONG=1 $(PY) -m pytest -q tests/audit --audit-table
+
+# Plants known bugs one at a time in a scratch copy and checks that the audit catches each (a table).
+audit-mutants: $(VENV)/.installed-test
+	$(PY) tests/audit/mutants.py
 
 $(AIRFLOW_VENV)/.installed: deploy/airflow/requirements.txt
 	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)

@@ -1,0 +1,186 @@
+"""Mutation testing of the privacy audit: plant known bugs one at a time and check that the audit fails.
+
+    python tests/audit/mutants.py [NAME ...]      # make audit-mutants
+
+Each mutant replaces one exact snippet (found exactly once) in one file of a scratch copy of the
+repository. The tests it names run first (the checks meant to catch it); if they all pass, the
+whole of tests/audit runs. A mutant that no test catches is a hole in the audit, and the command
+exits 1. Before any mutant, the named tests must pass on the code as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]  # the checks meant to catch it (pytest node ids from the repository's root)
+
+
+PIPELINE = "tests/audit/test_audit_pipeline.py"
+SHIPPED_SELECT = f"{PIPELINE}::test_select_as_shipped"
+
+MUTANTS = [
+    Mutant(
+        "top-k survivors take the noise at their position among all candidates (issue 12, item 1)",
+        "beam_expmech/mechanisms/exact.py",
+        "    prefix = prefix[kept]  # from here on, kept and prefix are aligned: position i is candidate kept[i]\n"
+        "    order = _ordered(low, high, k)\n"
+        "    if order is None:\n"
+        "        # Some keys overlap: 32 more bits for the survivors, and screen them again.\n"
+        "        prefix = prefix.astype(np.uint64)",
+        "    order = _ordered(low, high, k)\n"
+        "    if order is None:\n"
+        "        # Some keys overlap: 32 more bits for the survivors, and screen them again.\n"
+        "        prefix = prefix[kept].astype(np.uint64)",
+        (SHIPPED_SELECT,),
+    ),
+    Mutant(
+        "a float-only sampler: overlapping keys taken in index order, no exact step",
+        "beam_expmech/mechanisms/exact.py",
+        "return keys if order is not None else decide(keys, k, noise, source)",
+        "return keys[:k]",
+        (f"{PIPELINE}::test_scores_beyond_float_precision_are_sampled_exactly",),
+    ),
+    Mutant(
+        "select's sensitivity off by one (K - 1)",
+        "pipelines/select.py",
+        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution,",
+        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution - 1,",
+        (SHIPPED_SELECT,),
+    ),
+    Mutant(
+        "select's sensitivity halved",
+        "pipelines/select.py",
+        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution,",
+        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution / 2,",
+        (SHIPPED_SELECT,),
+    ),
+    Mutant(
+        "top-k spends epsilon on every pick instead of epsilon / k",
+        "beam_expmech/transforms/select.py",
+        "monotonic=self.monotonic, rounds=self.k",
+        "monotonic=self.monotonic, rounds=1",
+        (SHIPPED_SELECT,),
+    ),
+    Mutant(
+        "permute-and-flip charged at epsilon^2/8 zCDP (it is not bounded range)",
+        "pipelines/select.py",
+        'release = Release.exponential_mechanism if args.mechanism == "exponential" else Release.pure',
+        "release = Release.exponential_mechanism",
+        (f"{PIPELINE}::test_select_charges_what_its_mechanism_spends",),
+    ),
+    Mutant(
+        "noise from a seeded generator in production",
+        "beam_expmech/mechanisms/randomness.py",
+        "    if rng is None:\n        return RandomSource()",
+        "    if rng is None:\n        return RandomSource(np.random.default_rng(0))",
+        (f"{PIPELINE}::test_unseeded_selection_draws_fresh_os_randomness",),
+    ),
+    Mutant(
+        "AIM claims a monotone score (its score is an error, not a count)",
+        "beam_expmech/synth/aim.py",
+        "epsilon=epsilon, sensitivity=sensitivity, rng=rng)",
+        "epsilon=epsilon, sensitivity=sensitivity, monotonic=True, rng=rng)",
+        ("tests/audit/test_audit_synthesis.py::test_aim_selection_sampler",),
+    ),
+    Mutant(
+        "MWEM claims a monotone score",
+        "beam_expmech/synth/mwem.py",
+        "exponential_mechanism(scores, epsilon=epsilon, sensitivity=sensitivity, rng=rng)",
+        "exponential_mechanism(scores, epsilon=epsilon, sensitivity=sensitivity, monotonic=True, rng=rng)",
+        ("tests/audit/test_audit_synthesis.py::test_mwem_selection_sampler",),
+    ),
+]
+
+
+def tracked_copy(destination: Path) -> None:
+    """The repository's files as git knows them (tracked and untracked, not ignored) in ``destination``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    shared = ROOT.parent / "shared"
+    if shared.exists() and not (destination.parent / "shared").exists():
+        (destination.parent / "shared").symlink_to(shared)  # the tests' real tables, where a checkout has them
+
+
+def occurrences(mutant: Mutant, tree: Path = ROOT) -> int:
+    """How often the mutant's snippet stands in its file: it plants its bug only where this is 1."""
+    return (tree / mutant.path).read_text().count(mutant.old)
+
+
+def apply(mutant: Mutant, tree: Path) -> None:
+    found = occurrences(mutant, tree)
+    if found != 1:
+        raise SystemExit(f"mutant {mutant.name!r}: its snippet occurs {found} times in {mutant.path}, not once")
+    path = tree / mutant.path
+    path.write_text(path.read_text().replace(mutant.old, mutant.new))
+
+
+def failing(tests: list[str], tree: Path) -> str | None:
+    """The first of ``tests`` that fails in ``tree`` (None if all pass)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    for test in tests:
+        run = subprocess.run([*PYTEST, test], cwd=tree, env=env, capture_output=True, text=True)
+        if run.returncode not in (0, 5):
+            return test
+    return None
+
+
+def main(names: list[str]) -> int:
+    chosen = [m for m in MUTANTS if not names or m.name in names or any(n in m.name for n in names)]
+    with tempfile.TemporaryDirectory() as scratch:
+        clean = Path(scratch) / "repo"
+        clean.mkdir()
+        tracked_copy(clean)
+        misplaced = [m.name for m in chosen if occurrences(m, clean) != 1]
+        if misplaced:
+            print(f"these mutants' snippets are not found exactly once: {misplaced}", file=sys.stderr)
+            return 1
+        named = sorted({t for m in chosen for t in m.tests})
+        broken = failing(named, clean)
+        if broken:
+            print(f"the audit fails on the code as it is ({broken}): fix that first", file=sys.stderr)
+            return 1
+        rows, survivors = [], 0
+        for mutant in chosen:
+            start = time.monotonic()
+            with tempfile.TemporaryDirectory() as other:
+                tree = Path(other) / "repo"
+                shutil.copytree(clean, tree, symlinks=True)
+                apply(mutant, tree)
+                caught = failing(list(mutant.tests), tree) or failing(["tests/audit"], tree)
+            survivors += caught is None
+            rows.append((mutant.name, mutant.path, caught or "SURVIVED", time.monotonic() - start))
+            print(f"{mutant.name}: {caught or 'SURVIVED'}", file=sys.stderr, flush=True)
+    width = max(len(r[0]) for r in rows)
+    print(f"{'mutant':<{width}}  {'planted in':<36} {'caught by':<80} {'seconds':>7}")
+    for name, path, caught, seconds in rows:
+        print(f"{name:<{width}}  {path:<36} {caught:<80} {seconds:>7.0f}")
+    print(f"{len(rows) - survivors} of {len(rows)} mutants caught")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
