@@ -174,10 +174,11 @@ def main(names: list[str]) -> int:
             survivors += caught is None
             rows.append((mutant.name, mutant.path, caught or "SURVIVED", time.monotonic() - start))
             print(f"{mutant.name}: {caught or 'SURVIVED'}", file=sys.stderr, flush=True)
-    width = max(len(r[0]) for r in rows)
-    print(f"{'mutant':<{width}}  {'planted in':<36} {'caught by':<80} {'seconds':>7}")
-    for name, path, caught, seconds in rows:
-        print(f"{name:<{width}}  {path:<36} {caught:<80} {seconds:>7.0f}")
+    header = ("mutant", "planted in", "caught by")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    print("  ".join(f"{h:<{w}}" for h, w in zip(header, widths, strict=True)) + "  seconds")
+    for *text, seconds in rows:
+        print("  ".join(f"{t:<{w}}" for t, w in zip(text, widths, strict=True)) + f"  {seconds:>7.0f}")
     print(f"{len(rows) - survivors} of {len(rows)} mutants caught")
     return 1 if survivors else 0
 
