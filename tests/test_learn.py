@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -148,6 +149,20 @@ def test_non_binary_values_go_to_the_dead_letter(tmp_path):
     dead = (tmp_path / "h.dead_letter.csv").read_text().splitlines()
     assert sorted(dead[1:]) == sorted(['"2","0","1","a: outside the domain [0, 2)"',
                                        '"1","1","-1","y: outside the domain [0, 2)"'])  # fmt: skip
+
+
+def test_a_candidates_file_is_read_exactly_as_written(tmp_path):
+    # (0.7, 0.2, 0.1) fits x = (1, 1, 1), y = 1 (7/10 + 2/10 + 1/10 = 1) though float64 sums it to
+    # 0.9999999999999999: it fits 30 records and (1, -1, 0) fits 10, so it wins.
+    (tmp_path / "d.csv").write_text("a,b,c,y\n" + "1,1,1,1\n" * 30 + "1,0,0,1\n" * 10)
+    (tmp_path / "c.txt").write_text("0.7,0.2,0.1\n1,-1,0\n")
+    (tmp_path / "fine.txt").write_text("1e-19,1,0\n0,0,0\n")
+    out = tmp_path / "h.json"
+    flags = ["--input", str(tmp_path / "d.csv"), "--features", "a,b,c", "--label", "y", "--output", str(out)]
+    assert learn.main([*flags, "--candidates", str(tmp_path / "c.txt"), "--epsilon", "10", "--seed", "3"]) == 0
+    assert json.loads(out.read_text())["weights"] == [0.7, 0.2, 0.1]  # as written, as numbers
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'fine.txt'))}: the weights are too fine"):
+        learn.main([*flags, "--candidates", str(tmp_path / "fine.txt"), "--epsilon", "1"])
 
 
 @pytest.mark.parametrize(
