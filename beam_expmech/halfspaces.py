@@ -79,10 +79,6 @@ class Candidates:
         """Candidate ``index`` as numbers (each the float nearest its exact value), for the release."""
         return [float(Fraction(int(n), self.denominator)) for n in self.numerators[index]]
 
-    def as_floats(self) -> np.ndarray:
-        """Every candidate as float64 weights, shape (candidates, features): for display, not for deciding fits."""
-        return self.numerators / self.denominator
-
 
 def _over_common_denominator(values: Iterable[Fraction]) -> tuple[dict[Fraction, int], int]:
     """Each value's numerator over D, the least common denominator of them all; and D."""
@@ -158,8 +154,9 @@ def fit_counts(pattern_counts: np.ndarray, candidates: Candidates) -> np.ndarray
         raise ValueError(f"expected {2 ** (num_features + 1)} pattern counts for {num_features} features")
     present = np.flatnonzero(pattern_counts)
     bits = (present[:, None] >> np.arange(num_features, -1, -1)) & 1  # (patterns, d + 1)
-    # N . x >= D * y in integers. Every partial sum of N . x, in whatever order a product adds
-    # the terms, is a sum of some of the |N_ij|: below 2^53 float64 (BLAS) is exact, else int64.
+    # N . x >= D * y in integers. Whatever order a matrix product adds the terms in, each partial
+    # sum is a sum of some N_ij, at most sum_j |N_ij| in size: below 2^53 float64 (BLAS) is
+    # exact, else int64 (numpy's own loop, slower) is, below 2^63.
     largest_sum = int(np.abs(candidates.numerators).sum(axis=1).max()) + candidates.denominator
     exact_type = np.float64 if largest_sum < _FLOAT64_EXACT else np.int64
     numerators = candidates.numerators.astype(exact_type)

@@ -33,8 +33,8 @@ def test_fit_counts_from_patterns_equal_the_row_by_row_count():
     batch = pa.record_batch({**{n: x[:, j] for j, n in enumerate(names)}, "y": y})
     patterns = MarginalCounts([*names, "y"], [2] * 6).count(batch)
     candidates = halfspaces.weight_grid([-1, 0, 0.5, 1], 5, max_candidates=10_000)
-    np.testing.assert_array_equal(halfspaces.fit_counts(patterns, candidates),
-                                  brute_force(x, y, candidates.as_floats()))  # fmt: skip
+    weights = candidates.numerators / candidates.denominator  # dyadic: exact in float64
+    np.testing.assert_array_equal(halfspaces.fit_counts(patterns, candidates), brute_force(x, y, weights))
 
 
 FRACTIONAL = ["0.1", "0.2", "0.3", "0.7"]
@@ -133,8 +133,9 @@ def test_learner_on_nltcs(tmp_path, epsilon):
                        "--weights", "-1,0,1", "--epsilon", str(epsilon), "--output", str(out)]) == 0  # fmt: skip
     release = json.loads(out.read_text())
     candidates = halfspaces.weight_grid([-1, 0, 1], 4, max_candidates=100)
-    fits = brute_force(data[:, :4], data[:, 4], candidates.as_floats())
-    chosen = fits[candidates.as_floats().tolist().index(release["weights"])]
+    weights = [candidates.weights(i) for i in range(len(candidates))]
+    fits = brute_force(data[:, :4], data[:, 4], np.array(weights))
+    chosen = fits[weights.index(release["weights"])]
     if epsilon > 1:
         assert chosen == fits.max()  # with a large epsilon, the best halfspace in the grid
     assert release["num_candidates"] == 81 and release["monotonic"] and release["sensitivity"] == 1
