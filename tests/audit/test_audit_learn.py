@@ -54,10 +54,10 @@ FRACTIONAL_ROWS = (
 FINE = ["--weights", "0,0.9999999999999999,0.0000000000000001,1", "--epsilon", "1"]
 FINE_ROWS = [(1, 0, 1)] * 5 + [(1, 1, 1)] * 2 + [(0, 1, 1), (0, 0, 0)]
 CASES = {
-    "integer grid": (INTEGER, INTEGER_ROWS),
-    "fractional grid": (FRACTIONAL, FRACTIONAL_ROWS),
-    "weights finer than float64": (FINE, FINE_ROWS),
-    "fractional candidates file": (["--candidates", "FILE", "--epsilon", "1"], HEAVY),
+    "integer-grid": (INTEGER, INTEGER_ROWS),
+    "fractional-grid": (FRACTIONAL, FRACTIONAL_ROWS),
+    "int64-weights": (FINE, FINE_ROWS),
+    "fractional-file": (["--candidates", "FILE", "--epsilon", "1"], HEAVY),
 }
 
 
@@ -129,7 +129,7 @@ def test_learn_pmf_on_neighbouring_histograms(audit, tmp_path, case):
     loss.report(audit, f"pipelines.learn ({case})", epsilon=claimed.epsilon, bounded_range=True, rho=claimed.rho)
 
 
-@pytest.mark.parametrize("case", ["integer grid", "fractional grid", "weights finer than float64"])
+@pytest.mark.parametrize("case", ["integer-grid", "fractional-grid", "int64-weights"])
 def test_learn_final_step_against_the_ideal_mechanism(audit, tmp_path, case):
     flags, rows = CASES[case]
     args, candidates, counts = pipeline_counts(tmp_path, "d", rows, flags)
@@ -147,12 +147,13 @@ def frequencies(released: list[tuple], outcomes: list[tuple]) -> np.ndarray:
     "case,flags,d,d_prime",
     [
         # Ten one-row users; D' adds a user with three rows that only some candidates fit.
-        ("integer grid, 3 rows per user", ["--weights", "-1,0,1", "--privacy-unit", "user", "--max-rows-per-unit",
-                                            "3", "--epsilon", "1"],
-         [(1, 0, 1)] * 5 + [(0, 1, 0)] * 5, [(1, 0, 1)] * 5 + [(0, 1, 0)] * 5 + [(0, 1, 1)] * 3),
+        pytest.param("integer grid, 3 rows per user", ["--weights", "-1,0,1", "--privacy-unit", "user",
+                     "--max-rows-per-unit", "3", "--epsilon", "1"],
+                     [(1, 0, 1)] * 5 + [(0, 1, 0)] * 5, [(1, 0, 1)] * 5 + [(0, 1, 0)] * 5 + [(0, 1, 1)] * 3,
+                     id="integer-grid"),
         # A heavy pattern alone, then one record of another pattern.
-        ("fractional candidates file", ["--candidates", "FILE", "--epsilon", "1"], HEAVY,
-         [*HEAVY, (0, 0, 0, 0, 0)]),
+        pytest.param("fractional candidates file", ["--candidates", "FILE", "--epsilon", "1"], HEAVY,
+                     [*HEAVY, (0, 0, 0, 0, 0)], id="fractional-file"),
     ],
 )  # fmt: skip
 def test_learn_on_neighbouring_datasets(audit, tmp_path, case, flags, d, d_prime):
