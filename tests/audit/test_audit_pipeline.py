@@ -51,11 +51,8 @@ def pipeline_counts(tmp_path, name: str, users: list[int], items: list[int], fla
     pq.write_table(pa.table({"user": users, "item": items}), path)
     args, beam_args = select.parse_args(["--input", str(path), *flags, "--output", str(tmp_path / f"{name}.json")])
     family, spec = select.candidate_family(args)
-    return graph_counts(tmp_path / f"{name}.npy", args, beam_args, [spec, *common.unit_specs(args)], family)
-
-
-def graph_counts(captured, args, beam_args, specs, family) -> np.ndarray:
-    """Run a pipeline's counting graph (read, validate, bound, count, gather); its Write step saves the counts."""
+    specs = [spec, *common.unit_specs(args)]
+    captured = tmp_path / f"{name}.npy"
     common.counting_pipeline(
         args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
         lambda counts: np.save(captured, counts),
