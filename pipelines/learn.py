@@ -5,17 +5,20 @@
         --output OUT.json [Beam options]
 
 Candidates are public: every vector of the given weight values (or the vectors in FILE, one
-comma-separated line each). The data pass counts the bit patterns of (features, label), which
-must be 0 or 1 (other values go to the dead letter); the final step scores every candidate by
-the number of records it fits (a count: monotone, sensitivity K) and picks one with the
-exponential mechanism. Only the chosen weights and public parameters are released; the
-training accuracy is not (it would be a non-private release).
+comma-separated line each), read exactly as written (0.1 is 1/10; 1/3 may be written so), so
+that whether a candidate fits a record is decided in exact arithmetic. The data pass counts the
+bit patterns of (features, label), which must be 0 or 1 (other values go to the dead letter);
+the final step scores every candidate by the number of records it fits (a count: monotone,
+sensitivity K) and picks one with the exponential mechanism. Only the chosen weights and public
+parameters are released; the training accuracy is not (it would be a non-private release).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 
 import apache_beam as beam
 import numpy as np
@@ -59,50 +62,86 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return build_parser().parse_known_args(bound)
 
 
-def candidate_matrix(args: argparse.Namespace, num_features: int) -> np.ndarray:
+def feature_columns(args: argparse.Namespace) -> list[str]:
+    features = [f.strip() for f in args.features.split(",") if f.strip()]
+    if not features or len(set(features)) != len(features) or args.label in features:
+        raise ValueError("--features must name distinct columns, none of them the --label")
+    if len(features) > halfspaces.MAX_FEATURES:
+        raise ValueError(f"at most {halfspaces.MAX_FEATURES} features, got {len(features)}")
+    return features
+
+
+def candidate_matrix(args: argparse.Namespace, num_features: int) -> halfspaces.Candidates:
+    """The public candidates, with their weights read exactly as written (0.1 is 1/10)."""
     if args.candidates is None:
         try:
-            weights = [float(w) for w in args.weights.split(",") if w.strip()]
+            weights = [halfspaces.exact_weight(w) for w in args.weights.split(",") if w.strip()]
         except ValueError:
             raise ValueError(f"--weights must be numbers separated by commas, got {args.weights!r}") from None
-        return halfspaces.weight_grid(weights, num_features, max_candidates=args.max_candidates)
+        return halfspaces.weight_grid(weights, num_features, max_candidates=args.max_candidates, name="--weights")
     try:
         rows = [
-            [float(w) for w in line.split(",")] for line in io.read_text(args.candidates).splitlines() if line.strip()
+            [halfspaces.exact_weight(w) for w in line.split(",")]
+            for line in io.read_text(args.candidates).splitlines()
+            if line.strip()
         ]
     except ValueError:
         raise ValueError(f"{args.candidates}: every line must be comma-separated numbers") from None
     if any(len(row) != num_features for row in rows):
         raise ValueError(f"{args.candidates}: every line must hold {num_features} weights")
-    return halfspaces.check_candidates(np.array(rows), num_features, max_candidates=halfspaces.DEFAULT_MAX_CANDIDATES)
+    return halfspaces.check_candidates(
+        rows, num_features, max_candidates=halfspaces.DEFAULT_MAX_CANDIDATES, name=args.candidates
+    )
+
+
+def sensitivity(args: argparse.Namespace) -> int:
+    """Each privacy unit adds or removes at most K records (1 without --privacy-unit): each score moves by K."""
+    return args.max_rows_per_unit or 1
 
 
 def release_halfspace(
-    patterns: np.ndarray, *, candidates: np.ndarray, epsilon: float, sensitivity: int, public: dict, seed
+    patterns: np.ndarray, *, candidates: halfspaces.Candidates, epsilon: float, sensitivity: int, public: dict, seed
 ) -> dict:
     """The only step that sees the pattern counts: score every candidate, pick one privately."""
     scores = halfspaces.fit_counts(patterns, candidates)
     chosen = exponential_mechanism(
         scores, epsilon=epsilon, sensitivity=sensitivity, monotonic=True, rng=random_source(seed)
     )
-    return {"weights": candidates[chosen].tolist(), **public}
+    return {"weights": candidates.weights(chosen), **public}
+
+
+def final_step(
+    args: argparse.Namespace, candidates: halfspaces.Candidates, public: dict
+) -> Callable[[np.ndarray], dict]:
+    """The final step the command line asks for, on the gathered pattern counts (also run by the privacy audit).
+
+    epsilon-DP: the exponential mechanism over fit counts, monotone with sensitivity K.
+    """
+    return functools.partial(
+        release_halfspace,
+        candidates=candidates,
+        epsilon=args.epsilon,
+        sensitivity=sensitivity(args),
+        public=public,
+        seed=args.seed,
+    )
+
+
+def pattern_family(args: argparse.Namespace, features: list[str]) -> tuple[MarginalCounts, list[io.ColumnSpec]]:
+    """The bit patterns of (features, label) the data pass counts, and how the columns must look to count."""
+    columns = [*features, args.label]
+    specs = [io.ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + common.unit_specs(args)
+    return MarginalCounts(columns, [2] * len(columns)), specs
 
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     common.check_unit_flags(args)
-    features = [f.strip() for f in args.features.split(",") if f.strip()]
-    if not features or len(set(features)) != len(features) or args.label in features:
-        raise ValueError("--features must name distinct columns, none of them the --label")
-    if len(features) > halfspaces.MAX_FEATURES:
-        raise ValueError(f"at most {halfspaces.MAX_FEATURES} features, got {len(features)}")
+    features = feature_columns(args)
     candidates = candidate_matrix(args, len(features))
-    sensitivity = args.max_rows_per_unit or 1
-    columns = [*features, args.label]
-    family = MarginalCounts(columns, [2] * len(columns))
-    specs = [io.ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + common.unit_specs(args)
+    family, specs = pattern_family(args, features)
     loss = accuracy_bound(
-        epsilon=args.epsilon, sensitivity=sensitivity, beta=BETA, num_candidates=len(candidates), monotonic=True
+        epsilon=args.epsilon, sensitivity=sensitivity(args), beta=BETA, num_candidates=len(candidates), monotonic=True
     )
     files = common.check_input(args, specs)
 
@@ -113,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         "rule": "sum(weights[j] * features[j]) >= label",
         "mechanism": "exponential",
         "epsilon": args.epsilon,
-        "sensitivity": sensitivity,
+        "sensitivity": sensitivity(args),
         "monotonic": True,
         "num_candidates": len(candidates),
         "privacy_unit": args.privacy_unit,
@@ -121,14 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": {"beta": BETA, "records_fit_below_best": loss},
         "private_randomness": args.seed is None,
     }
-    release = GatherCounts() | "Halfspace" >> beam.Map(
-        release_halfspace,
-        candidates=candidates,
-        epsilon=args.epsilon,
-        sensitivity=sensitivity,
-        public=public,
-        seed=args.seed,
-    )
+    release = GatherCounts() | "Halfspace" >> beam.Map(final_step(args, candidates, public))
     if common.dry_run(args, cost, files, public):
         return 0
     with common.charge(args, cost, "learn"):  # before any row is read

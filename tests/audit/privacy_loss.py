@@ -88,12 +88,12 @@ def score_neighbours(scores: np.ndarray, sensitivity: float, *, monotone: bool =
 def histogram_neighbours(histogram: Iterable[int], max_rows: int) -> Iterator[np.ndarray]:
     """Histograms one unit away: the unit's (at most ``max_rows``) rows added, or removed, anywhere."""
     histogram = np.asarray(histogram)
-    for moved in itertools.product(range(-max_rows, max_rows + 1), repeat=histogram.size):
-        moved = np.array(moved)
-        same_sign = (moved >= 0).all() or (moved <= 0).all()
-        other = histogram + moved
-        if same_sign and 0 < np.abs(moved).sum() <= max_rows and (other >= 0).all():
-            yield other
+    for rows in range(1, max_rows + 1):  # the unit's rows as a multiset of cells: no scan of every move
+        for cells in itertools.combinations_with_replacement(range(histogram.size), rows):
+            moved = np.bincount(cells, minlength=histogram.size)
+            yield histogram + moved
+            if (histogram >= moved).all():
+                yield histogram - moved
 
 
 def record_sampler(audit, subject: str, draws: list, pmf: dict) -> None:
