@@ -34,6 +34,7 @@ class Mutant:
 
 PIPELINE = "tests/audit/test_audit_pipeline.py"
 SHIPPED_SELECT = f"{PIPELINE}::test_select_as_shipped"
+LEARN = "tests/audit/test_audit_learn.py"
 
 MUTANTS = [
     Mutant(
@@ -91,6 +92,35 @@ MUTANTS = [
         "    if rng is None:\n        return RandomSource()",
         "    if rng is None:\n        return RandomSource(np.random.default_rng(0))",
         (f"{PIPELINE}::test_unseeded_selection_draws_fresh_os_randomness",),
+    ),
+    Mutant(
+        "learn's sensitivity ignores the K rows per unit",
+        "pipelines/learn.py",
+        "return args.max_rows_per_unit or 1",
+        "return 1",
+        (f"{LEARN}::test_learn_pmf_on_neighbouring_histograms[integer-grid]",),
+    ),
+    Mutant(
+        "learn reads fractional weights as binary floats (0.1 is not 1/10)",
+        "beam_expmech/halfspaces.py",
+        "return Fraction(value.strip())",
+        "return Fraction(float(value))",
+        (f"{LEARN}::test_learn_final_step_against_the_ideal_mechanism[fractional-grid]",),
+    ),
+    Mutant(
+        "learn sums in float64 beyond 2^53, where the order of the sum decides",
+        "beam_expmech/halfspaces.py",
+        "exact_type = np.float64 if largest_sum < _FLOAT64_EXACT else np.int64",
+        "exact_type = np.float64",
+        (f"{LEARN}::test_learn_final_step_against_the_ideal_mechanism[int64-weights]",),
+    ),
+    Mutant(
+        "learn decides pi . x >= y in floats whose rounding depends on the patterns present (issue 12, item 2;"
+        " caught through this machine's BLAS)",
+        "beam_expmech/halfspaces.py",
+        "fits = chunk @ x.T >= threshold",
+        "fits = chunk / candidates.denominator @ x.T >= threshold / candidates.denominator",
+        (f"{LEARN}::test_learn_pmf_on_neighbouring_histograms[fractional-file]",),
     ),
     Mutant(
         "AIM claims a monotone score (its score is an error, not a count)",
