@@ -52,7 +52,11 @@ def test_joint_exp_pmf(audit, max_rows):
 
 @pytest.mark.parametrize(
     "histogram,qs",
-    [([3, 1, 4, 0, 2], [0.25, 0.5, 0.75]), ([0, 30, 0], [0.25, 0.5, 0.75])],  # the second: runs in one bin
+    [
+        ([3, 1, 4, 0, 2], [0.25, 0.5, 0.75]),
+        ([0, 30, 0], [0.25, 0.5, 0.75]),  # runs in one bin
+        ([10**10, 3, 0, 10**10 - 5, 0], [0.25, 0.5, 0.75]),  # single rows decide among 2 * 10^10
+    ],
 )
 def test_joint_exp_sampler(audit, histogram, qs):
     edges = np.linspace(0, len(histogram), len(histogram) + 1)
