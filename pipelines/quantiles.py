@@ -14,8 +14,10 @@ worker ever holds the column.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
+from collections.abc import Callable
 
 import apache_beam as beam
 import numpy as np
@@ -95,6 +97,23 @@ def release_quantiles(
     return {"quantiles": {f"{q:g}": v for q, v in zip(ordered, sorted(values), strict=True)}, **public}
 
 
+def release_step(args: argparse.Namespace, family: HistogramCounts, public: dict) -> Callable[[np.ndarray], dict]:
+    """The final step the command line asks for: summed histogram -> release (also run by the privacy audit).
+
+    Sensitivity: each unit keeps at most K = --max-rows-per-unit rows (1 without a unit column).
+    """
+    return functools.partial(
+        release_quantiles,
+        family=family,
+        quantiles=parse_quantiles(args.quantiles),
+        method=args.method,
+        epsilon=args.epsilon,
+        max_rows=args.max_rows_per_unit or 1,
+        public=public,
+        seed=args.seed,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     common.check_unit_flags(args)
@@ -135,16 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": accuracy,
         "private_randomness": args.seed is None,
     }
-    release = GatherCounts() | "Quantiles" >> beam.Map(
-        release_quantiles,
-        family=family,
-        quantiles=quantiles,
-        method=args.method,
-        epsilon=epsilon,
-        max_rows=max_rows,
-        public=public,
-        seed=args.seed,
-    )
+    release = GatherCounts() | "Quantiles" >> beam.Map(release_step(args, family, public))
     if common.dry_run(args, cost, files, public):
         return 0
     with common.charge(args, cost, "quantiles"):  # before any row is read

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from beam_expmech.mechanisms.joint_quantiles import joint_probabilities, joint_quantiles
+from beam_expmech.mechanisms.joint_quantiles import joint_probabilities, joint_problem, joint_quantiles, propose
+from beam_expmech.mechanisms.randomness import random_source
 
 
 def definition_pmf(histogram, edges, qs, epsilon, max_rows=1):
@@ -48,6 +49,34 @@ def test_estimates_are_sorted_inside_the_range_and_accurate():
     estimates = joint_quantiles(histogram, edges, qs, epsilon=1.0, rng=53)
     assert estimates == sorted(estimates) and estimates[0] >= 0 and estimates[-1] <= 1024
     np.testing.assert_allclose(estimates, np.quantile(values, qs), atol=2.5)
+
+
+def deciles_problem(rows: int, *, heavy: bool = False):
+    """Nine deciles on 1,024 bins of a log-normal shape (or all rows in one bin) holding ``rows`` rows."""
+    edges = np.linspace(0, 1000, 1025)
+    if heavy:
+        histogram = np.zeros(1024, dtype=np.int64)
+        histogram[300] = rows
+    else:
+        shape = np.histogram(np.random.default_rng(54).lognormal(4, 0.8, 100_000).clip(0, 999), bins=edges)[0]
+        histogram = shape * (rows // 100_000)
+    return joint_problem(histogram, edges, [i / 10 for i in range(1, 10)], epsilon=1.0, max_rows=1)
+
+
+@pytest.mark.parametrize("rows,heavy", [(10**6, False), (10**10, False), (2**59, False), (10**10, True)])
+def test_acceptance_does_not_degrade_with_the_number_of_rows(rows, heavy):
+    # The acceptance probability is at least exp(-margin * 20 / 19): at 10^10 rows the bound
+    # used to be exp(-18), and the running time would reveal n (module docstring).
+    proposal = propose(deciles_problem(rows, heavy=heavy), 9, random_source(55))
+    assert proposal.margin < 1e-6
+
+
+def test_the_acceptance_bound_is_the_same_for_every_draw():
+    # M must not depend on the proposed sequence, or the output would follow P(b) / M(b).
+    problem = joint_problem(np.array([0, 30, 0]), np.arange(4.0), [0.25, 0.5, 0.75], epsilon=2.0, max_rows=1)
+    proposals = [propose(problem, 3, random_source(seed)) for seed in range(20)]
+    assert len({len(p.steps) for p in proposals}) > 1  # draws with different numbers of runs
+    assert len({p.margin for p in proposals}) == 1
 
 
 def test_bad_arguments():

@@ -16,18 +16,33 @@ Sensitivity: one privacy unit with at most K rows moves the n_j by amounts >= 0 
 most K and the targets by (q_j - q_{j-1}) K, so D = 2K. Privacy: epsilon-DP (one exponential
 mechanism; epsilon**2/8-zCDP), for all m quantiles together.
 
-Exact sampling. The bin sequence is a chain, so a dynamic program over (bin, run length)
+Exact sampling. The bin sequence is a chain, so a dynamic program (DP) over (bin, run length)
 gives its law; but the DP is computed in floats. We therefore draw from the float DP as a
-proposal Q (each step an exact draw from the float weights, so Q is known exactly), and
-accept with probability P(b) / (M Q(b)), decided in exact arithmetic (MPFR enclosures and a
-lazily sampled uniform). M exceeds max P / Q by a rigorous bound on the DP's rounding, so the
-result follows P exactly; the acceptance probability is 1 - O(1e-10).
+proposal Q (each step an exact draw from the float weights, so Q is known exactly), and accept
+with probability P(b) / (M Q(b)), decided in exact arithmetic (MPFR enclosures and a lazily
+sampled uniform). M exceeds max P / Q by a rigorous bound on the DP's rounding, so the result
+follows P exactly.
+
+Why the running time does not depend on n. A gap's penalty counts rows, so log weights are of
+order eps * n, and float rounding is relative to them: a DP on raw log weights errs by about
+1e-16 eps n per entry, M grows as exp(that), and at n = 10^10 most proposals are rejected. The
+running time is public (anyone watching the job sees it) while n is not released, so it must not
+depend on n. The DP is therefore kept relative to an exact reference: an integer min-plus DP over
+the same chain gives I_j(b), the least sum of the whole parts of the penalties of gaps 1..j with
+b_j = b, and each float entry is the log weight plus eps / (4K) * I_j(b). The floats then see
+only residuals (exact int64 >= 0, zero along the best chain) and fractional parts in [0, 1].
+Residuals beyond W / (eps / 4K) are capped: that only raises weights (exp T(b) <= exp T_cap(b)
+for every chain), so a bound on T_cap - log Q bounds T - log Q; W is chosen so that capping adds
+less than e^-64 of the total weight. Every float is then bounded by a magnitude that depends on
+m, B, eps / K and the widths, not on n: for nine deciles on 1,024 bins the rounding bound is
+~1e-9 and fewer than one proposal in 10^7 is rejected, whatever n.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 import gmpy2
@@ -39,7 +54,10 @@ from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_
 
 _U = 2.0**-53
 _PRECISION = 160  # MPFR bits for the acceptance test (refined if it is ever undecided)
+_TAIL = 64  # capping residuals adds at most e^-64 of the total weight
 MAX_BINS = 4096
+MAX_ROWS = 2**60  # every integer penalty of a chain stays below 4 n: int64 with room
+_NO_CHAIN = 2**62  # the min-plus DP's stand-in for an impossible predecessor
 
 
 def joint_problem(histogram: object, edges: object, quantiles: list[float], *, epsilon: float, max_rows: int):
@@ -53,6 +71,8 @@ def joint_problem(histogram: object, edges: object, quantiles: list[float], *, e
         raise ValueError("histogram must be a non-empty 1-d array of integer counts >= 0")
     if histogram.size > MAX_BINS:
         raise ValueError(f"JointExp takes at most {MAX_BINS} bins (its sampler is quadratic), got {histogram.size}")
+    if sum(histogram.tolist()) >= MAX_ROWS:
+        raise ValueError("JointExp takes a histogram of fewer than 2^60 rows")
     edges = np.asarray(edges, dtype=np.float64)
     if edges.shape != (histogram.size + 1,) or not np.isfinite(edges).all() or (np.diff(edges) <= 0).any():
         raise ValueError("edges must be increasing finite numbers, one more than the bins")
@@ -69,13 +89,20 @@ def joint_problem(histogram: object, edges: object, quantiles: list[float], *, e
 
 
 def gap_penalties(ranks: list[int], targets: list[int], den: int, j: int, before: np.ndarray, after: np.ndarray):
-    """Den * |n_j - (q_j - q_{j-1}) n| for gaps from bin ``before`` to bin ``after``, in float64.
+    """|n_j - (q_j - q_{j-1}) n| for gaps from bin ``before`` to bin ``after``, as (whole, part).
 
-    For the proposal only (its rounding is inside the DP's error bound). ``before`` = -1 stands
-    for the start (no values below), ``after`` = B for the end (all n values below).
+    ``whole`` is an exact int64 >= 0 and ``part`` a float in [0, 1] within 2 ulp of the rest, so
+    no rounding grows with n. ``before`` = -1 stands for the start (no values below), ``after`` = B
+    for the end (all n values below).
     """
-    c = np.array([*ranks, ranks[-1]], dtype=np.float64)  # c[b + 1] for b in -1 .. B
-    return np.abs((c[after + 1] - c[before + 1]) * den - (targets[j] - targets[j - 1]) * float(ranks[-1]))
+    n = ranks[-1]
+    c = np.array([*ranks, n], dtype=np.int64)  # c[b + 1] for b in -1 .. B
+    target = Fraction((targets[j] - targets[j - 1]) * n, den)  # (q_j - q_{j-1}) n, exactly
+    floor = math.floor(target)
+    fraction = float(target - floor)
+    d = c[after + 1] - c[before + 1] - floor
+    # |d - fraction| is (d - 1) + (1 - fraction) when d >= 1, and -d + fraction when d <= 0.
+    return np.maximum(d - 1, -d), np.where(d >= 1, 1.0 - fraction, fraction)
 
 
 def sequence_log_weight(bins: list[int], ranks, log_widths, targets, den, scale) -> tuple[Fraction, tuple]:
@@ -122,7 +149,11 @@ def joint_quantiles(
     max_rows: int = 1,
     rng: RandomLike = None,
 ) -> list[float]:
-    """m sorted epsilon-DP quantile estimates, drawn jointly (JointExp). See the module docstring."""
+    """m sorted epsilon-DP quantile estimates, drawn jointly (JointExp). See the module docstring.
+
+    Sensitivity 2K (K = ``max_rows``); epsilon-DP for the m estimates together. The running time
+    does not depend on the number of rows (module docstring).
+    """
     problem = joint_problem(histogram, edges, quantiles, epsilon=epsilon, max_rows=max_rows)
     source = random_source(rng)
     edges = np.asarray(edges, dtype=np.float64)
@@ -137,48 +168,74 @@ def joint_quantiles(
 def sample_bins(problem, m: int, source: RandomSource) -> list[int]:
     """An exact draw of the bin sequence: float-DP proposal, exact acceptance."""
     while True:
-        bins, steps, error = _propose(problem, m, source)
-        if _accept(problem, bins, steps, error, source):
-            return bins
+        proposal = propose(problem, m, source)
+        if _accept(problem, proposal, source):
+            return proposal.bins
 
 
-def _propose(problem, m: int, source: RandomSource):
-    """Draw from the float DP: the bins, the (float log-weights, choice) of every random step,
-    and a bound on the rounding error of every DP entry."""
+@dataclass
+class Proposal:
+    """A draw from the float DP, with what the exact acceptance test needs.
+
+    ``steps``: the (float log weights, choice) of every random step, Q(b) being the product of
+    their exact softmax probabilities (the first step's weights do not depend on the draw);
+    ``margin``: log M less the log-sum-exp of the first step's weights, the same for every
+    draw, (2m + 1) times the bound on the rounding of every float DP entry and step weight, so
+    the acceptance probability is at least exp(-margin * (2m + 2) / (2m + 1) - e^-64);
+    ``shift``: eps / (4K) * I, the exact whole penalty of the best chain.
+    """
+
+    bins: list[int]
+    steps: list[tuple[np.ndarray, int]]
+    margin: float
+    shift: Fraction
+
+
+def propose(problem, m: int, source: RandomSource) -> Proposal:
+    """Draw from the float DP, every entry relative to the exact min-plus reference (module docstring)."""
     ranks, log_widths, targets, den, scale = problem
     size = len(log_widths)
-    s = float(scale)
+    s = float(scale * den)  # eps / (4K): log weight per row of penalty
+    cap = _residual_cap(log_widths, m, s)
     b = np.arange(size)
-    # forward[j][r - 1, b]: log weight of bins b_1..b_j ending in bin b with a run of length r.
-    forward = []
-    first = log_widths - s * gap_penalties(ranks, targets, den, 1, np.full(size, -1), b)
+    earlier_or_same, earlier = b[:, None] <= b[None, :], b[:, None] < b[None, :]
+
+    def penalty(residual: np.ndarray, part: np.ndarray) -> np.ndarray:
+        return s * (np.minimum(residual, cap) + part)
+
+    # forward[j - 1][r - 1, b]: log weight of bins b_1..b_j ending in b with a run of length r,
+    # plus s * references[j - 1][b] (the least whole penalty of such a chain, exact).
+    whole, part = gap_penalties(ranks, targets, den, 1, np.full(size, -1), b)
+    references = [whole]
     layer = np.full((m, size), -np.inf)
-    layer[0] = first
-    forward.append(layer)
-    magnitude = np.abs(first).max()
+    layer[0] = log_widths - s * part
+    forward = [layer]
     for j in range(2, m + 1):
-        previous = _logsumexp(forward[-1], axis=0)  # over run lengths: G_{j-1}(b')
-        # move[b', b] = G(b') - s * penalty(b' -> b), for b' < b only
-        penalty = gap_penalties(ranks, targets, den, j, b[:, None], b[None, :])
-        move = previous[:, None] - s * penalty
-        move[np.tril_indices(size)] = -np.inf
+        whole, part = gap_penalties(ranks, targets, den, j, b[:, None], b[None, :])
+        chain = np.where(earlier_or_same, references[-1][:, None] + whole, _NO_CHAIN)  # b' -> b, b' <= b
+        reference = chain.min(axis=0)
+        weight = penalty(chain - reference[None, :], part)
+        move = _logsumexp(forward[-1], axis=0)[:, None] - weight  # b_{j-1} = b' < b_j = b: a new run
+        move[~earlier] = -np.inf
         layer = np.full((m, size), -np.inf)
         layer[0] = log_widths + _logsumexp(move, axis=0)
-        stay = s * float(abs(-(targets[j] - targets[j - 1]) * ranks[-1]))  # n_j = 0 when b_j = b_{j-1}
+        stay = np.diagonal(weight)  # b_{j-1} = b_j: the run grows
         for r in range(2, j + 1):
             layer[r - 1] = log_widths - math.log(r) + forward[-1][r - 2] - stay
         forward.append(layer)
-        magnitude = max(
-            magnitude,
-            np.abs(np.where(np.isfinite(layer), layer, 0)).max(),
-            np.abs(move[np.isfinite(move)]).max(initial=0),
-        )
-    final = -s * gap_penalties(ranks, targets, den, m + 1, b, np.full(size, size))
-    last = forward[-1] + final[None, :]
-    magnitude = max(magnitude, np.abs(np.where(np.isfinite(last), last, 0)).max())
-    # Rounding of each DP entry: m layers, each a log-sum-exp of at most m * B terms (a few ulp
-    # per term and per result) plus penalties of that magnitude; 16x room to spare.
-    error = 16 * m * (m * size + 16) * _U * (1 + magnitude)
+        references.append(reference)
+    whole, part = gap_penalties(ranks, targets, den, m + 1, b, np.full(size, size))
+    chain = references[-1] + whole
+    best = int(chain.min())
+    last = forward[-1] - penalty(chain - best, part)[None, :]
+
+    # Every float here (entries, penalties, terms of each log-sum-exp) is at most `magnitude`.
+    # Per layer, rounding costs ~15 ulp of it (penalty 6, additions 3, two log-sum-exps 3 each)
+    # plus 3 ulp per term summed; m + 1 layers, 16x room to spare.
+    entries = np.concatenate([layer[np.isfinite(layer)] for layer in forward])
+    magnitude = np.abs(entries).max() + s * (cap + 1) + np.abs(log_widths).max() + math.log(m) + 1
+    error = 16 * (m + 1) * _U * (16 * (1 + magnitude) + 3 * m * size)
+    margin = (2 * m + 1) * error  # never the number of steps of this draw: M must not depend on b
 
     steps = []
     flat = last.ravel()
@@ -191,8 +248,8 @@ def _propose(problem, m: int, source: RandomSource):
             run -= 1
             bins.append(bin_)
             continue
-        penalty = gap_penalties(ranks, targets, den, j, b, np.full(size, bin_))
-        weights = forward[j - 2] - s * penalty[None, :]
+        whole, part = gap_penalties(ranks, targets, den, j, b, np.full(size, bin_))
+        weights = forward[j - 2] - penalty(references[j - 2] + whole - references[j - 1][bin_], part)[None, :]
         weights[:, bin_:] = -np.inf  # b_{j-1} < b_j
         flat = weights.ravel()
         pick = _draw(flat, source)
@@ -200,7 +257,19 @@ def _propose(problem, m: int, source: RandomSource):
         run, bin_ = divmod(pick, size)
         bins.append(bin_)
     bins.reverse()
-    return bins, steps, error
+    return Proposal(bins, steps, margin, scale * den * best)
+
+
+def _residual_cap(log_widths: np.ndarray, m: int, s: float) -> int:
+    """The residual (in rows) beyond which penalties are capped: s * cap >= W.
+
+    A capped chain weighs at most exp(m max lw - W); the best chain at least
+    exp(m min lw - log m! - (m + 1) s); there are at most B^m chains. So with
+    W = 64 + m (log B + log m + max lw - min lw) + (m + 1) s, capping adds at most e^-64 of Z.
+    """
+    spread = float(log_widths.max() - log_widths.min())
+    w = _TAIL + m * (math.log(len(log_widths)) + math.log(m) + spread) + (m + 1) * s
+    return min(math.ceil(w / s) if s > 0 else _NO_CHAIN, _NO_CHAIN)
 
 
 def _draw(log_weights: np.ndarray, source: RandomSource) -> int:
@@ -218,24 +287,31 @@ def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
         return np.squeeze(top, axis=axis) + np.log(np.sum(np.exp(x - top), axis=axis))
 
 
-def _accept(problem, bins, steps, error, source: RandomSource) -> bool:
-    """Bernoulli(P(b) / (M Q(b))) exactly: a lazily drawn uniform against an MPFR enclosure.
+def _accept(problem, proposal: Proposal, source: RandomSource) -> bool:
+    """Bernoulli(P(b) / (M Q(b))) exactly: a lazily drawn uniform against a rational enclosure.
 
-    log M = LSE(first step's weights) + 3 (steps) (error): the float DP differs from the exact
-    one by at most ``error`` per entry, so T(b) - log Q(b) never exceeds it (module docstring).
+    Let P_cap be the capped law (every exact weight exp T(b) <= exp T_cap(b)) and F the exact
+    DP of which the floats are within ``error``. log Q(b) is a sum over at most m steps of
+    (chosen weight - log-sum-exp of the step's weights), and so is log P_cap(b) with the exact
+    values, so T(b) - log Q(b) <= T_cap(b) - log Q(b) <= log Z_cap + 2 m error, and log Z_cap
+    <= (the first step's log-sum-exp) + error: log M = LSE(first step) + (2m + 1) error, all
+    relative to the exact reference ``shift``. The first enclosure comes from float64 (one
+    numpy pass, ~1e-10 wide); MPFR at doubling precision decides the rare draws it leaves open.
     """
     ranks, log_widths, targets, den, scale = problem
-    exponent, (widths, runs) = sequence_log_weight(bins, ranks, log_widths, targets, den, scale)
-    margin = Fraction(3 * len(steps)) * Fraction(error)
+    exponent, (widths, runs) = sequence_log_weight(proposal.bins, ranks, log_widths, targets, den, scale)
+    exponent += proposal.shift  # relative to the best chain's whole penalty: small, whatever n
+    margin = Fraction(proposal.margin)
     precision, uniform, bits = _PRECISION, 0, 0
+    log_sum_exp = _float_log_sum_exp
     while True:
+        sums = [log_sum_exp(flat, precision) for flat, _ in proposal.steps]
         t = _sum_interval([(exponent, exponent)] + [(Fraction(w), Fraction(w)) for w in widths]
                           + [_neg(_log_factorial(k, precision)) for k in runs])  # fmt: skip
-        log_q = _sum_interval([(Fraction(float(flat[pick])),) * 2 for flat, pick in steps]
-                              + [_neg(_log_sum_exp(flat, precision)) for flat, _ in steps])  # fmt: skip
-        lse_low, lse_high = _log_sum_exp(steps[0][0], precision)
-        x_low = t[0] - log_q[1] - (lse_high + margin)
-        x_high = t[1] - log_q[0] - (lse_low + margin)
+        log_q = _sum_interval([(Fraction(float(flat[pick])),) * 2 for flat, pick in proposal.steps]
+                              + [_neg(interval) for interval in sums])  # fmt: skip
+        x_low = t[0] - log_q[1] - (sums[0][1] + margin)
+        x_high = t[1] - log_q[0] - (sums[0][0] + margin)
         while bits < precision:
             uniform, bits = (uniform << 32) | source.bits(32), bits + 32
         p_low, p_high = _exp_interval(x_low, x_high, precision)
@@ -244,7 +320,7 @@ def _accept(problem, bins, steps, error, source: RandomSource) -> bool:
             return True
         if u_low >= p_high:
             return False
-        precision *= 2
+        precision, log_sum_exp = 2 * precision, _log_sum_exp
 
 
 def _neg(interval):
@@ -269,15 +345,37 @@ def _log_factorial(k: int, precision: int) -> tuple[Fraction, Fraction]:
     )
 
 
-def _log_sum_exp(values: np.ndarray, precision: int) -> tuple[Fraction, Fraction]:
-    """Rational bounds on log(sum(exp(v))) over the finite entries of a float vector."""
+def _float_log_sum_exp(values: np.ndarray, _precision: int) -> tuple[Fraction, Fraction]:
+    """Rational bounds on log(sum(exp(v))) over the finite entries, from one float64 pass.
+
+    Rounding: v - top (1 ulp of at most 745 where exp does not underflow), exp (a few ulp), the
+    sum (N ulp), log and + top (a few ulp of |top| + log N): within 1,000 + N + |top| ulp; the
+    bounds allow 64 times that. Underflowed terms are below 2^-1074 each, against a sum >= 1.
+    """
     finite = values[np.isfinite(values)]
     top = float(finite.max())
+    with np.errstate(under="ignore"):
+        middle = top + math.log(float(np.exp(finite - top).sum()))
+    slack = Fraction(64 * _U * (1000 + finite.size + abs(top)))
+    return Fraction(middle) - slack, Fraction(middle) + slack
+
+
+def _log_sum_exp(values: np.ndarray, precision: int) -> tuple[Fraction, Fraction]:
+    """Rational bounds on log(sum(exp(v))) over the finite entries of a float vector, by MPFR.
+
+    Terms more than ``cutoff`` below the largest add at most 2^-(precision + 16) of it together:
+    the lower bound leaves them out, the upper bound counts them at that much.
+    """
+    finite = values[np.isfinite(values)]
+    top = float(finite.max())
+    cutoff = (precision + 16) * math.log(2) + math.log(finite.size) + 1  # + 1: the float test's rounding
+    near = finite[finite - top >= -cutoff]
+    tail = gmpy2.mul_2exp(gmpy2.mpfr(1), -(precision + 16))  # exact (a float would underflow)
     bounds = []
-    for ctx in _contexts(precision):
+    for ctx, far in zip(_contexts(precision), (0, tail), strict=True):
         # mpfr(float) is exact; each operation rounds in the context's direction.
-        terms = [ctx.exp(ctx.sub(gmpy2.mpfr(float(v)), top)) for v in finite]
-        bounds.append(Fraction(top) + _to_fraction(ctx.log(ctx.fsum(terms))))
+        terms = [ctx.exp(ctx.sub(gmpy2.mpfr(float(v)), top)) for v in near]
+        bounds.append(Fraction(top) + _to_fraction(ctx.log(ctx.add(ctx.fsum(terms), far))))
     return bounds[0], bounds[1]
 
 

@@ -1,18 +1,35 @@
 """Audit of the quantile mechanisms: one quantile (exponential mechanism with the bin width as
-base measure) and JointExp, by exact pmf over neighbouring histograms, then their samplers."""
+base measure) and JointExp, by exact pmf over neighbouring histograms, then their samplers; then
+the final step of ``pipelines.quantiles`` as its command line composes it (``release_step``, both
+methods, several quantiles, K > 1 rows per unit, JointExp's regrouped grid): its draws against the
+ideal mechanism's pmf, written from the definition, and on neighbouring datasets counted by the
+pipeline's own graph, where a Clopper-Pearson bound on the ratio must stay below epsilon (and a step
+that ignores the bound of K rows must break it).
+"""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from privacy_loss import PrivacyLoss, histogram_neighbours, record_sampler
+from test_audit_pipeline import DRAWS, log_ratio_lower_bound
+from test_joint_quantiles import definition_pmf
+from test_quantiles import reference_pmf
 
+from beam_expmech import io
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.joint_quantiles import joint_probabilities, joint_problem, sample_bins
 from beam_expmech.mechanisms.quantile import private_quantile, quantile_probabilities
 from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.predicates import HistogramCounts
+from beam_expmech.transforms import GatherCounts
+from pipelines import common, quantiles
 
 
 @pytest.mark.parametrize("q,max_rows", [(0.5, 1), (0.2, 1), (0.9, 2)])
@@ -52,7 +69,11 @@ def test_joint_exp_pmf(audit, max_rows):
 
 @pytest.mark.parametrize(
     "histogram,qs",
-    [([3, 1, 4, 0, 2], [0.25, 0.5, 0.75]), ([0, 30, 0], [0.25, 0.5, 0.75])],  # the second: runs in one bin
+    [
+        ([3, 1, 4, 0, 2], [0.25, 0.5, 0.75]),
+        ([0, 30, 0], [0.25, 0.5, 0.75]),  # runs in one bin
+        ([10**10, 3, 0, 10**10 - 5, 0], [0.25, 0.5, 0.75]),  # single rows decide among 2 * 10^10
+    ],
 )
 def test_joint_exp_sampler(audit, histogram, qs):
     edges = np.linspace(0, len(histogram), len(histogram) + 1)
@@ -60,3 +81,121 @@ def test_joint_exp_sampler(audit, histogram, qs):
     source = random_source(51)
     draws = [tuple(sample_bins(problem, len(qs), source)) for _ in range(6000)]
     record_sampler(audit, "JointExp", draws, joint_probabilities(np.array(histogram), edges, qs, epsilon=2.0))
+
+
+# --- the final step of pipelines.quantiles, as composed from its command line --------------------
+
+
+def command_line(flags: list[str]):
+    """(args, the grid) of a real ``pipelines.quantiles`` command line, as ``main`` builds them."""
+    args, _ = quantiles.parse_args(["--input", "x.parquet", "--column", "x", *flags, "--output", "x.json"])
+    return args, HistogramCounts(args.column, args.lower, args.upper, args.bins)
+
+
+def released_bins(args, family, histogram, seeds, edges, *, step=None) -> list[tuple]:
+    """The bins (of ``edges``) of the values the final step releases, in quantile order, one run per seed."""
+    draws = []
+    for seed in seeds:
+        args.seed = seed
+        release = (step or quantiles.release_step)(args, family, {})(histogram)["quantiles"]
+        values = [release[f"{q:g}"] for q in sorted(quantiles.parse_quantiles(args.quantiles))]
+        draws.append(tuple(int(b) for b in np.searchsorted(edges, values, side="right") - 1))
+    return draws
+
+
+def ideal_pmf(args, family, histogram) -> tuple[dict, np.ndarray]:
+    """(P(bins of the sorted release), the grid it is on) for the ideal mechanism, from the definitions.
+
+    independent: each quantile by the exponential mechanism with epsilon / m on the full grid, then
+    sorted; joint: JointExp with epsilon on the grid regrouped into at most 1,024 bins of equal width.
+    """
+    qs, k = sorted(quantiles.parse_quantiles(args.quantiles)), args.max_rows_per_unit or 1
+    if args.method == "joint":
+        group = max(1, histogram.size // quantiles.JOINT_BINS)  # at most 1,024 bins, or a multiple of it
+        coarse, edges = histogram.reshape(-1, group).sum(axis=1), family.edges[::group]
+        return definition_pmf(coarse.tolist(), edges, qs, args.epsilon, k), edges
+    each = [reference_pmf(histogram.tolist(), family.edges, q, args.epsilon / len(qs), k) for q in qs]
+    pmf = {}
+    for bins in itertools.product(range(histogram.size), repeat=len(qs)):
+        key = tuple(sorted(bins))
+        pmf[key] = pmf.get(key, 0.0) + math.prod(p[b] for p, b in zip(each, bins, strict=True))
+    return pmf, family.edges
+
+
+@pytest.mark.parametrize(
+    "method,grid,histogram",
+    [
+        ("independent", ["--bins", "6", "--quantiles", "0.9,0.25,0.5"], [4, 0, 7, 2, 5, 3]),
+        ("joint", ["--bins", "6", "--quantiles", "0.9,0.25,0.5"], [4, 0, 7, 2, 5, 3]),
+        # Regrouped: 2,048 bins into 1,024; a single row moves between fine bins of one coarse bin.
+        ("joint", ["--bins", "2048", "--quantiles", "0.3"], {1001: 3, 1002: 2, 1005: 4, 1010: 1, 1013: 2}),
+    ],
+)
+def test_release_step_follows_the_ideal_pmf(audit, method, grid, histogram):
+    args, family = command_line(["--lower", "0", "--upper", "12", *grid, "--epsilon", "1.5", "--method", method,
+                                 "--privacy-unit", "user", "--max-rows-per-unit", "2"])  # fmt: skip
+    if isinstance(histogram, dict):
+        counts = np.zeros(args.bins, dtype=np.int64)
+        counts[list(histogram)] = list(histogram.values())
+        histogram = counts
+    histogram = np.asarray(histogram, dtype=np.int64)
+    pmf, edges = ideal_pmf(args, family, histogram)
+    draws = released_bins(args, family, histogram, range(3000), edges)
+    record_sampler(audit, f"pipelines.quantiles --method {method}", draws, pmf)
+
+
+def graph_histogram(tmp_path, name: str, users: list[int], values: list[float], flags: list[str]) -> np.ndarray:
+    """The summed histogram that the pipeline's graph (read, validate, bound, count) computes for this data."""
+    path = tmp_path / f"{name}.parquet"
+    pq.write_table(pa.table({"user": users, "x": values}), path)
+    args, beam_args = quantiles.parse_args(["--input", str(path), "--column", "x", *flags,
+                                            "--output", str(tmp_path / f"{name}.json")])  # fmt: skip
+    family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
+    specs = [io.ColumnSpec(args.column, "float"), *common.unit_specs(args)]
+    captured = tmp_path / f"{name}.npy"
+    common.counting_pipeline(
+        args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
+        lambda counts: np.save(captured, counts),
+    ).run().wait_until_finish()  # fmt: skip
+    return np.load(captured)
+
+
+NEIGHBOURS = ["--lower", "0", "--upper", "4", "--bins", "4", "--quantiles", "0.75,0.5", "--epsilon", "1",
+              "--privacy-unit", "user", "--max-rows-per-unit", "4"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def neighbouring_histograms(tmp_path_factory):
+    """D: twelve users, one row each, six in bin 0 and six in bin 1; D': one more user, four rows in bin 3."""
+    tmp_path = tmp_path_factory.mktemp("neighbours")
+    users, values = list(range(12)), [0.5] * 6 + [1.5] * 6
+    d = graph_histogram(tmp_path, "d", users, values, NEIGHBOURS)
+    d_prime = graph_histogram(tmp_path, "d_prime", [*users, 12, 12, 12, 12], [*values, 3.5, 3.5, 3.5, 3.5], NEIGHBOURS)
+    assert d.tolist() == [6, 6, 0, 0] and d_prime.tolist() == [6, 6, 0, 4]
+    return d, d_prime
+
+
+def outcome_counts(draws: list[tuple], outcomes: list[tuple]) -> np.ndarray:
+    return np.array([draws.count(o) for o in outcomes])
+
+
+@pytest.mark.parametrize("method", ["independent", "joint"])
+def test_release_step_on_neighbouring_datasets(audit, neighbouring_histograms, method):
+    args, family = command_line([*NEIGHBOURS, "--method", method])
+    outcomes = list(itertools.combinations_with_replacement(range(args.bins), 2))
+
+    def frequencies(step=None):
+        return [outcome_counts(released_bins(args, family, h, range(DRAWS), family.edges, step=step), outcomes)
+                for h in neighbouring_histograms]  # fmt: skip
+
+    observed, certain = log_ratio_lower_bound(*frequencies())
+    subject = f"pipelines.quantiles --method {method} (black box)"
+    audit.check(subject, f"observed max |ln P/P'| ({DRAWS:,} runs each)", cases=2 * DRAWS, worst=observed,
+                bound=args.epsilon)  # fmt: skip
+    audit.check(subject, "its 99.9% Clopper-Pearson lower bound", cases=2 * DRAWS, worst=certain, bound=args.epsilon)
+
+    # A final step that ignored the bound of 4 rows per user would lose 2.2 (independent), 1.8 (joint) here.
+    def ignoring_the_bound(*step_args):
+        return functools.partial(quantiles.release_step(*step_args), max_rows=1)
+
+    assert log_ratio_lower_bound(*frequencies(ignoring_the_bound))[1] > args.epsilon
