@@ -35,6 +35,7 @@ class Mutant:
 PIPELINE = "tests/audit/test_audit_pipeline.py"
 SHIPPED_SELECT = f"{PIPELINE}::test_select_as_shipped"
 LEARN = "tests/audit/test_audit_learn.py"
+QUANTILES = "tests/audit/test_audit_quantiles.py"
 
 MUTANTS = [
     Mutant(
@@ -121,6 +122,34 @@ MUTANTS = [
         "fits = chunk @ x.T >= threshold",
         "fits = chunk / candidates.denominator @ x.T >= threshold / candidates.denominator",
         (f"{LEARN}::test_learn_pmf_on_neighbouring_histograms[fractional-file]",),
+    ),
+    Mutant(
+        "independent quantiles spend epsilon on each quantile instead of epsilon / m",
+        "pipelines/quantiles.py",
+        "        each = epsilon / len(quantiles)\n        values = [",
+        "        each = epsilon\n        values = [",
+        (f"{QUANTILES}::test_release_step_follows_the_ideal_pmf[independent-grid0-histogram0]",),
+    ),
+    Mutant(
+        "quantiles' sensitivity ignores the K rows per unit",
+        "pipelines/quantiles.py",
+        "max_rows=args.max_rows_per_unit or 1,",
+        "max_rows=1,",
+        (f"{QUANTILES}::test_release_step_follows_the_ideal_pmf[independent-grid0-histogram0]",),
+    ),
+    Mutant(
+        "JointExp on a regrouped grid gets the wrong bin edges",
+        "pipelines/quantiles.py",
+        "joint_quantiles(coarse, family.edges[cuts], ordered,",
+        "joint_quantiles(coarse, family.edges[: coarse.size + 1], ordered,",
+        (f"{QUANTILES}::test_release_step_follows_the_ideal_pmf[joint-grid2-histogram2]",),
+    ),
+    Mutant(
+        "JointExp's sensitivity K instead of 2K",
+        "beam_expmech/mechanisms/joint_quantiles.py",
+        "scale = Fraction(epsilon) / (4 * max_rows * den)",
+        "scale = Fraction(epsilon) / (2 * max_rows * den)",
+        (f"{QUANTILES}::test_joint_exp_pmf[1]",),
     ),
     Mutant(
         "AIM claims a monotone score (its score is an error, not a count)",
