@@ -7,9 +7,11 @@ use it live in ``beam_expmech.transforms.read``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -84,16 +86,13 @@ def file_format(path: str, declared: str | None = None) -> str:
 
 def column_names(path: str, fmt: str) -> list[str]:
     """The columns a file has, read from its footer, header or schema (not its rows)."""
-    try:
-        with FileSystems.open(path) as handle:
-            if fmt == "parquet":
-                return list(pq.read_schema(handle).names)
-            if fmt == "avro":
-                return [field["name"] for field in fastavro.reader(handle).writer_schema["fields"]]
-            reader = pacsv.open_csv(handle, read_options=pacsv.ReadOptions(block_size=1 << 20))
-            return list(reader.schema.names)
-    except Exception as error:
-        raise InputError(f"{path}: unreadable {fmt} file ({first_line(error)})") from None
+    set_aside = _SetAside(path)
+    with _read_errors(path, fmt, set_aside), FileSystems.open(path) as handle:
+        if fmt == "parquet":
+            return list(pq.read_schema(handle).names)
+        if fmt == "avro":
+            return [field["name"] for field in fastavro.reader(handle).writer_schema["fields"]]
+        return list(_open_csv(handle, set_aside, block_size=1 << 20).schema.names)
 
 
 def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str]) -> None:
@@ -117,24 +116,24 @@ def splits(path: str, fmt: str) -> list[tuple[str, str, int | None]]:
     return [(path, fmt, None)]
 
 
-def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """The record batches of one split, only the needed columns, streamed (never the whole file)."""
+def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> Iterator[pa.RecordBatch | MalformedRows]:
+    """The record batches of one split, only the needed columns, streamed (never the whole file);
+    for CSV also the rows that could not be split into fields, set aside as ``MalformedRows``.
+
+    A file that cannot be read is an InputError naming the file and the error's type only.
+    """
     path, fmt, group = split
     columns = list(columns)
-    with FileSystems.open(path) as handle:
+    set_aside = _SetAside(path)
+    with _read_errors(path, fmt, set_aside), FileSystems.open(path) as handle:
         if fmt == "parquet":
             yield from pq.ParquetFile(handle).iter_batches(BATCH_ROWS, row_groups=[group], columns=columns)
         elif fmt == "csv":
             # Everything as bytes: a wrong type or a bad encoding then costs a row (dead letter), not the file.
-            reader = pacsv.open_csv(
-                handle,
-                read_options=pacsv.ReadOptions(block_size=8 << 20),
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=columns, column_types={c: pa.binary() for c in columns}, strings_can_be_null=True
-                ),
-            )
-            yield from reader
+            for batch in _open_csv(handle, set_aside, columns):
+                yield batch
+                yield from set_aside.rows(columns)
+            yield from set_aside.rows(columns)
         else:
             # fastavro decodes a dict per row: Avro is the one format read row by row.
             rows = []
@@ -145,6 +144,81 @@ def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> It
                     rows = []
             if rows:
                 yield _avro_batch(rows, columns)
+
+
+@dataclass(frozen=True)
+class MalformedRows:
+    """CSV rows with the wrong number of fields, in the dead letter's form: the needed columns empty
+    (which field is which cannot be told) and a reason naming the file and the row."""
+
+    rows: pa.Table
+
+
+class _SetAside:
+    """pyarrow's handler for a CSV row with the wrong number of fields: skip it, keeping its field
+    counts and row number (never its text: pyarrow's own error would quote it)."""
+
+    def __init__(self, path: str):
+        self.path, self.reasons, self.undecodable = path, [], False
+
+    def __call__(self, row: pacsv.InvalidRow) -> str:
+        where = "a row" if row.number is None else f"row {row.number}"
+        counts = f"expected {row.expected_columns} fields, got {row.actual_columns}"
+        self.reasons.append(f"malformed CSV row: {counts} ({where} of {self.path})")
+        return "skip"
+
+    def rows(self, columns: Sequence[str]) -> Iterator[MalformedRows]:
+        """The rows set aside since the last call, if any."""
+        if self.reasons:
+            empty = pa.nulls(len(self.reasons), pa.string())
+            yield MalformedRows(pa.table([empty] * len(columns) + [pa.array(self.reasons, pa.string())],
+                                         names=[*columns, REASON]))  # fmt: skip
+            self.reasons = []
+
+
+def _open_csv(handle, set_aside: _SetAside, columns: Sequence[str] | None = None, block_size: int = 8 << 20):
+    """A streaming CSV reader (the needed ``columns`` as bytes) that sets malformed rows aside."""
+    if not isinstance(sys.unraisablehook, _UndecodableRowHook):
+        sys.unraisablehook = _UndecodableRowHook(sys.unraisablehook)
+    convert = pacsv.ConvertOptions()
+    if columns is not None:
+        convert = pacsv.ConvertOptions(
+            include_columns=columns, column_types={c: pa.binary() for c in columns}, strings_can_be_null=True
+        )
+    return pacsv.open_csv(
+        handle,
+        read_options=pacsv.ReadOptions(block_size=block_size, use_threads=False),  # one thread: row numbers known
+        parse_options=pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=set_aside),
+        convert_options=convert,
+    )
+
+
+class _UndecodableRowHook:
+    """pyarrow decodes a malformed row's text before it calls the handler; a row that is not UTF-8
+    fails there, and Python would print that failure (quoting the bad byte) before the read stops.
+    This hook notes it on the handler instead, and passes every other report on unchanged."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable) -> None:
+        if isinstance(unraisable.object, _SetAside):
+            unraisable.object.undecodable = True
+        else:
+            self.previous(unraisable)
+
+
+@contextlib.contextmanager
+def _read_errors(path: str, fmt: str, set_aside: _SetAside) -> Iterator[None]:
+    """Any failure to read ``path`` as an InputError built from the file name and the error's type:
+    the text of a parser's error may quote a row."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as error:
+        what = "a malformed row that is not UTF-8 text" if set_aside.undecodable else type(error).__name__
+        raise InputError(f"{path}: unreadable {fmt} file ({what})") from None
 
 
 def _avro_batch(rows: list[dict], columns: Sequence[str]) -> pa.RecordBatch:
@@ -319,3 +393,15 @@ def table_to_csv(table: pa.Table) -> bytes:
 def first_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:300]
+
+
+def describe_error(error: BaseException) -> str:
+    """What a message may say about ``error``: the first line of the InputError behind it (ours: file
+    names, row numbers and column names only), else its type alone, since the text of any other error
+    (a parser's, a runner's) may quote data."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, InputError):
+            return first_line(cause)
+        cause = cause.__cause__ or cause.__context__
+    return type(error).__name__

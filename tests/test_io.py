@@ -6,10 +6,13 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from beam_data import purchases, write
+from beam_data import pages_zeroed, purchases, write
 
 from beam_expmech import io
+
+SECRET = "secret-ssn-123-45-6789"
 
 
 @pytest.mark.parametrize("fmt", io.FORMATS)
@@ -43,6 +46,39 @@ def test_schema_problems_name_the_file_and_column(tmp_path):
         io.check_columns([str(broken)], None, ["item"])
     with pytest.raises(io.InputError, match="no file matches"):
         io.match_files(str(tmp_path / "*.avro"))
+
+
+def test_a_malformed_csv_row_is_set_aside_by_its_row_number_never_quoted(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text(f'user,item\n1,2\n"{SECRET}",30,EXTRA\n7\n3,4\n')
+    assert io.column_names(str(path), "csv") == ["user", "item"]  # the header reads despite the bad rows
+    read = list(io.read_split((str(path), "csv", None), ["user", "item"]))
+    rows = pa.Table.from_batches([b for b in read if isinstance(b, pa.RecordBatch)])
+    assert rows.column("user").to_pylist() == [b"1", b"3"]
+    malformed = pa.concat_tables([b.rows for b in read if isinstance(b, io.MalformedRows)])
+    assert malformed.column(io.REASON).to_pylist() == [
+        f"malformed CSV row: expected 2 fields, got 3 (row 3 of {path})",
+        f"malformed CSV row: expected 2 fields, got 1 (row 4 of {path})",
+    ]
+    assert malformed.column("user").null_count == 2  # which field is which cannot be told
+
+
+def test_a_file_that_cannot_be_read_is_named_by_the_error_type_never_quoted(tmp_path, capfd):
+    # pyarrow cannot hand a malformed row that is not UTF-8 to the handler: the file is unreadable.
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes(f'user,item\n1,2\n"{SECRET}",30,caf\xe9\n'.encode("latin-1"))
+    with pytest.raises(io.InputError) as raised:
+        io.column_names(str(latin1), "csv")
+    assert str(raised.value) == f"{latin1}: unreadable csv file (a malformed row that is not UTF-8 text)"
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(pa.table({"note": [SECRET] * 100, "item": list(range(100))}), clean)
+    zeroed = tmp_path / "zeroed.parquet"
+    zeroed.write_bytes(pages_zeroed(clean.read_bytes()))
+    with pytest.raises(io.InputError) as raised:
+        list(io.read_split((str(zeroed), "parquet", 0), ["note", "item"]))
+    assert str(raised.value).startswith(f"{zeroed}: unreadable parquet file (") and SECRET not in str(raised.value)
+    printed = capfd.readouterr()
+    assert SECRET not in printed.out + printed.err and "0xe9" not in printed.err  # nor Python's own report
 
 
 def test_validation_routes_each_bad_row_with_its_reason():
