@@ -135,12 +135,12 @@ def type_family(kind: pa.DataType) -> str | None:
     return f"values of type {kind}"
 
 
+_TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
+               pa.types.is_large_binary, pa.types.is_binary_view)  # fmt: skip
+
+
 def _is_text(kind: pa.DataType) -> bool:
-    return any(
-        check(kind)
-        for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
-                      pa.types.is_large_binary, pa.types.is_binary_view)
-    )  # fmt: skip
+    return any(check(kind) for check in _TEXT_TYPES)
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> It
             for batch in _open_csv(handle, set_aside, columns):
                 yield batch
                 yield from set_aside.rows(columns)
-            yield from set_aside.rows(columns)
+            yield from set_aside.rows(columns)  # those after the last batch
         else:
             # fastavro decodes a dict per row: Avro is the one format read row by row.
             reader = fastavro.reader(handle)
@@ -185,6 +185,22 @@ def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> It
                     rows = []
             if rows:
                 yield _avro_batch(rows, columns, types)
+
+
+@contextlib.contextmanager
+def _read_errors(path: str, fmt: str, set_aside: _SetAside) -> Iterator[None]:
+    """Any failure to read ``path`` as an InputError built from the file name and the error's type:
+    the text of a parser's error may quote a row."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as error:
+        what = "a malformed row that is not UTF-8 text" if set_aside.undecodable else type(error).__name__
+        raise InputError(f"{path}: unreadable {fmt} file ({what})") from None
+
+
+# --- reading CSV: rows with the wrong number of fields are set aside, never quoted ------------------
 
 
 @dataclass(frozen=True)
@@ -249,18 +265,7 @@ class _UndecodableRowHook:
             self.previous(unraisable)
 
 
-@contextlib.contextmanager
-def _read_errors(path: str, fmt: str, set_aside: _SetAside) -> Iterator[None]:
-    """Any failure to read ``path`` as an InputError built from the file name and the error's type:
-    the text of a parser's error may quote a row."""
-    try:
-        yield
-    except InputError:
-        raise
-    except Exception as error:
-        what = "a malformed row that is not UTF-8 text" if set_aside.undecodable else type(error).__name__
-        raise InputError(f"{path}: unreadable {fmt} file ({what})") from None
-
+# --- reading Avro: each column in the type its schema declares, never one inferred per batch --------
 
 # Avro's primitive types, and the Arrow type each is read as.
 _AVRO_TYPES = {
