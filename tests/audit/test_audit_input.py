@@ -58,7 +58,13 @@ def float_inputs(folder) -> tuple[str, dict[int, int]]:
     return str(folder / "floats.parquet"), {3: 4, 4: 4, 1: 1}
 
 
-@pytest.mark.parametrize("name,inputs", [("Avro long|string units", avro_inputs), ("float units", float_inputs)])
+@pytest.mark.parametrize(
+    "name,inputs",
+    [
+        pytest.param("Avro long|string units", avro_inputs, id="avro_union_units"),
+        pytest.param("float units", float_inputs, id="float_units"),
+    ],
+)
 def test_each_unit_counts_min_k_of_its_valid_rows(audit, name, inputs, tmp_path):
     source, valid = inputs(tmp_path)
     counts = select_counts(source, FLAGS, tmp_path / "out")

@@ -53,8 +53,8 @@ def pipeline_counts(tmp_path, name: str, users: list[int], items: list[int], fla
 
 
 def select_counts(source: str, flags: list[str], out) -> np.ndarray:
-    """The summed counts pipelines.select's graph computes from the files ``source`` names, checked as
-    its command line checks them; OUT.json's dead letter beside ``out``."""
+    """The summed counts pipelines.select's graph computes from the files ``source`` names (checked as
+    its command line checks them), its output ``out``.json."""
     args, beam_args = select.parse_args(["--input", source, *flags, "--output", f"{out}.json"])
     family, spec = select.candidate_family(args)
     specs = [spec, *common.unit_specs(args)]
