@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_audit_pipeline import select_counts
 
 from beam_expmech import io
+from beam_expmech.transforms import GatherCounts
 from pipelines import common, select
 
 K = 2
@@ -28,6 +28,20 @@ FLAGS = ["--column", "item", "--candidate-range", f"0:{ITEMS}", "--privacy-unit"
 # Rows whose item is no integer go to the dead letter; counted by mistake, they would land on item 0
 # (validation's placeholder), which no unit has.
 REJECTED = "not an item"
+
+
+def select_counts(source: str, out) -> np.ndarray:
+    """The summed counts pipelines.select's graph computes from the files ``source`` names, checked as
+    its command line checks them (its Write step captures them)."""
+    args, beam_args = select.parse_args(["--input", source, *FLAGS, "--output", f"{out}.json"])
+    family, spec = select.candidate_family(args)
+    specs = [spec, *common.unit_specs(args)]
+    captured = f"{out}.npy"
+    common.counting_pipeline(
+        args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
+        lambda counts: np.save(captured, counts),
+    ).run().wait_until_finish()  # fmt: skip
+    return np.load(captured)
 
 
 def write_avro(path, rows: list[dict]) -> None:
@@ -67,7 +81,7 @@ def float_inputs(folder) -> tuple[str, dict[int, int]]:
 )
 def test_each_unit_counts_min_k_of_its_valid_rows(audit, name, inputs, tmp_path):
     source, valid = inputs(tmp_path)
-    counts = select_counts(source, FLAGS, tmp_path / "out")
+    counts = select_counts(source, tmp_path / "out")
     expected = np.zeros(ITEMS, dtype=int)
     for item, n in valid.items():
         expected[item] = min(K, n)

@@ -49,16 +49,10 @@ def pipeline_counts(tmp_path, name: str, users: list[int], items: list[int], fla
     """The summed counts the pipeline's graph computes for this data (its Write step captures them)."""
     path = tmp_path / f"{name}.parquet"
     pq.write_table(pa.table({"user": users, "item": items}), path)
-    return select_counts(str(path), flags, tmp_path / name)
-
-
-def select_counts(source: str, flags: list[str], out) -> np.ndarray:
-    """The summed counts pipelines.select's graph computes from the files ``source`` names (checked as
-    its command line checks them), its output ``out``.json."""
-    args, beam_args = select.parse_args(["--input", source, *flags, "--output", f"{out}.json"])
+    args, beam_args = select.parse_args(["--input", str(path), *flags, "--output", str(tmp_path / f"{name}.json")])
     family, spec = select.candidate_family(args)
     specs = [spec, *common.unit_specs(args)]
-    captured = f"{out}.npy"
+    captured = tmp_path / f"{name}.npy"
     common.counting_pipeline(
         args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
         lambda counts: np.save(captured, counts),
