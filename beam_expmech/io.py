@@ -7,9 +7,11 @@ use it live in ``beam_expmech.transforms.read``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,7 +39,8 @@ class InputError(ValueError):
 class ColumnSpec:
     """A column the job reads, what its values must be, and (optionally) their domain.
 
-    kind: "string", "int", "float", "label", or "any" (kept as it is: only nulls are rejected).
+    kind: "string", "int", "float", "label", or "any" (an identity such as a privacy unit: only nulls
+    are rejected, and each value takes its ``canonical_identity``).
     ``domain`` (ints only): values must lie in [lo, hi).
     ``labels`` (labels only): the values a column may hold, each read as its position (an int code).
     """
@@ -82,27 +85,62 @@ def file_format(path: str, declared: str | None = None) -> str:
     return by_extension[extension]
 
 
-def column_names(path: str, fmt: str) -> list[str]:
-    """The columns a file has, read from its footer, header or schema (not its rows)."""
-    try:
-        with FileSystems.open(path) as handle:
-            if fmt == "parquet":
-                return list(pq.read_schema(handle).names)
-            if fmt == "avro":
-                return [field["name"] for field in fastavro.reader(handle).writer_schema["fields"]]
-            reader = pacsv.open_csv(handle, read_options=pacsv.ReadOptions(block_size=1 << 20))
-            return list(reader.schema.names)
-    except Exception as error:
-        raise InputError(f"{path}: unreadable {fmt} file ({first_line(error)})") from None
+def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
+    """Each column of a file and the type it is read as, from its footer, header or schema (not its
+    rows): Parquet's own, bytes for every CSV column, the declared type for Avro (see ``_avro_type``)."""
+    set_aside = _SetAside(path)
+    with _read_errors(path, fmt, set_aside), FileSystems.open(path) as handle:
+        if fmt == "parquet":
+            return {field.name: field.type for field in pq.read_schema(handle)}
+        if fmt == "avro":
+            types = _avro_types(fastavro.reader(handle))
+            return {name: pa.string() if kind is None else kind for name, kind in types.items()}  # None: as text
+        return {name: pa.binary() for name in _open_csv(handle, set_aside, block_size=1 << 20).schema.names}
 
 
 def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str]) -> None:
-    """InputError naming the first file that lacks a needed column (or cannot be read)."""
+    """InputError naming the first file that lacks a needed column, cannot be read, or types a needed
+    column otherwise than the files before it: read as 5 in one file and as "5" or 5.0 in another, one
+    privacy unit would be two."""
+    first: dict[str, tuple[str, str]] = {}  # column -> (the first file that types it, its family)
     for path in files:
-        present = set(column_names(path, file_format(path, fmt)))
-        missing = [c for c in columns if c not in present]
+        types = column_types(path, file_format(path, fmt))
+        missing = [c for c in columns if c not in types]
         if missing:
-            raise InputError(f"{path}: missing column {missing[0]!r} (it has {', '.join(sorted(present))})")
+            raise InputError(f"{path}: missing column {missing[0]!r} (it has {', '.join(sorted(types))})")
+        for column in columns:
+            family = type_family(types[column])
+            if family is None:  # only nulls: every row will be rejected, whatever the other files hold
+                continue
+            where, expected = first.setdefault(column, (path, family))
+            if family != expected:
+                raise InputError(f"{path}: column {column!r} holds {family}, but {expected} in {where}")
+
+
+def type_family(kind: pa.DataType) -> str | None:
+    """What a column's values are, as far as reading them goes: types of one family (int32 and int64,
+    string and bytes) give every value the same canonical form. None for a column of nulls only."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_null(kind):
+        return None
+    if pa.types.is_integer(kind):
+        return "integers"
+    if pa.types.is_floating(kind):
+        return "floating-point numbers"
+    if pa.types.is_boolean(kind):
+        return "booleans"
+    if _is_text(kind):
+        return "text"
+    return f"values of type {kind}"
+
+
+_TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
+               pa.types.is_large_binary, pa.types.is_binary_view)  # fmt: skip
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return any(check(kind) for check in _TEXT_TYPES)
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -117,44 +155,156 @@ def splits(path: str, fmt: str) -> list[tuple[str, str, int | None]]:
     return [(path, fmt, None)]
 
 
-def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """The record batches of one split, only the needed columns, streamed (never the whole file)."""
+def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> Iterator[pa.RecordBatch | MalformedRows]:
+    """The record batches of one split, only the needed columns, streamed (never the whole file);
+    for CSV also the rows that could not be split into fields, set aside as ``MalformedRows``.
+
+    A file that cannot be read is an InputError naming the file and the error's type only.
+    """
     path, fmt, group = split
     columns = list(columns)
-    with FileSystems.open(path) as handle:
+    set_aside = _SetAside(path)
+    with _read_errors(path, fmt, set_aside), FileSystems.open(path) as handle:
         if fmt == "parquet":
             yield from pq.ParquetFile(handle).iter_batches(BATCH_ROWS, row_groups=[group], columns=columns)
         elif fmt == "csv":
             # Everything as bytes: a wrong type or a bad encoding then costs a row (dead letter), not the file.
-            reader = pacsv.open_csv(
-                handle,
-                read_options=pacsv.ReadOptions(block_size=8 << 20),
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=columns, column_types={c: pa.binary() for c in columns}, strings_can_be_null=True
-                ),
-            )
-            yield from reader
+            for batch in _open_csv(handle, set_aside, columns):
+                yield batch
+                yield from set_aside.rows(columns)
+            yield from set_aside.rows(columns)  # those after the last batch
         else:
             # fastavro decodes a dict per row: Avro is the one format read row by row.
+            reader = fastavro.reader(handle)
+            types = _avro_types(reader)
             rows = []
-            for record in fastavro.reader(handle):
+            for record in reader:
                 rows.append({c: record.get(c) for c in columns})
                 if len(rows) == BATCH_ROWS:
-                    yield _avro_batch(rows, columns)
+                    yield _avro_batch(rows, columns, types)
                     rows = []
             if rows:
-                yield _avro_batch(rows, columns)
+                yield _avro_batch(rows, columns, types)
 
 
-def _avro_batch(rows: list[dict], columns: Sequence[str]) -> pa.RecordBatch:
+@contextlib.contextmanager
+def _read_errors(path: str, fmt: str, set_aside: _SetAside) -> Iterator[None]:
+    """Any failure to read ``path`` as an InputError built from the file name and the error's type:
+    the text of a parser's error may quote a row."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as error:
+        what = "a malformed row that is not UTF-8 text" if set_aside.undecodable else type(error).__name__
+        raise InputError(f"{path}: unreadable {fmt} file ({what})") from None
+
+
+# --- reading CSV: rows with the wrong number of fields are set aside, never quoted ------------------
+
+
+@dataclass(frozen=True)
+class MalformedRows:
+    """CSV rows with the wrong number of fields, in the dead letter's form: the needed columns empty
+    (which field is which cannot be told) and a reason naming the file and the row."""
+
+    rows: pa.Table
+
+
+class _SetAside:
+    """pyarrow's handler for a CSV row with the wrong number of fields: skip it, keeping its field
+    counts and row number (never its text: pyarrow's own error would quote it)."""
+
+    def __init__(self, path: str):
+        self.path, self.reasons, self.undecodable = path, [], False
+
+    def __call__(self, row: pacsv.InvalidRow) -> str:
+        where = "a row" if row.number is None else f"row {row.number}"
+        counts = f"expected {row.expected_columns} fields, got {row.actual_columns}"
+        self.reasons.append(f"malformed CSV row: {counts} ({where} of {self.path})")
+        return "skip"
+
+    def rows(self, columns: Sequence[str]) -> Iterator[MalformedRows]:
+        """The rows set aside since the last call, if any."""
+        if self.reasons:
+            empty = pa.nulls(len(self.reasons), pa.string())
+            yield MalformedRows(pa.table([empty] * len(columns) + [pa.array(self.reasons, pa.string())],
+                                         names=[*columns, REASON]))  # fmt: skip
+            self.reasons = []
+
+
+def _open_csv(handle, set_aside: _SetAside, columns: Sequence[str] | None = None, block_size: int = 8 << 20):
+    """A streaming CSV reader (the needed ``columns`` as bytes) that sets malformed rows aside."""
+    if not isinstance(sys.unraisablehook, _UndecodableRowHook):
+        sys.unraisablehook = _UndecodableRowHook(sys.unraisablehook)
+    convert = pacsv.ConvertOptions()
+    if columns is not None:
+        convert = pacsv.ConvertOptions(
+            include_columns=columns, column_types={c: pa.binary() for c in columns}, strings_can_be_null=True
+        )
+    return pacsv.open_csv(
+        handle,
+        read_options=pacsv.ReadOptions(block_size=block_size, use_threads=False),  # one thread: row numbers known
+        parse_options=pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=set_aside),
+        convert_options=convert,
+    )
+
+
+class _UndecodableRowHook:
+    """pyarrow decodes a malformed row's text before it calls the handler; a row that is not UTF-8
+    fails there, and Python would print that failure (quoting the bad byte) before the read stops.
+    This hook notes it on the handler instead, and passes every other report on unchanged."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable) -> None:
+        if isinstance(unraisable.object, _SetAside):
+            unraisable.object.undecodable = True
+        else:
+            self.previous(unraisable)
+
+
+# --- reading Avro: each column in the type its schema declares, never one inferred per batch --------
+
+# Avro's primitive types, and the Arrow type each is read as.
+_AVRO_TYPES = {
+    "boolean": pa.bool_(),
+    "int": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float64(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "bytes": pa.binary(),
+    "enum": pa.string(),
+}
+
+
+def _avro_types(reader: fastavro.reader) -> dict[str, pa.DataType | None]:
+    return {field["name"]: _avro_type(field["type"]) for field in reader.writer_schema["fields"]}
+
+
+def _avro_type(declared: str | dict | list) -> pa.DataType | None:
+    """The Arrow type of an Avro field's values, from its declared type: a primitive (or enum), alone
+    or with null. None for anything else (a union of several types, a logical, named or nested type):
+    each value is then read as its text, so that it reads the same whatever the rows beside it."""
+    branches = [b for b in (declared if isinstance(declared, list) else [declared]) if b != "null"]
+    if len(branches) != 1:
+        return None
+    branch = branches[0]
+    if isinstance(branch, dict):
+        branch = None if "logicalType" in branch else branch.get("type")
+    return _AVRO_TYPES.get(branch) if isinstance(branch, str) else None
+
+
+def _avro_batch(rows: list[dict], columns: Sequence[str], types: dict[str, pa.DataType | None]) -> pa.RecordBatch:
     arrays = []
     for c in columns:
         values = [row[c] for row in rows]
-        try:
-            arrays.append(pa.array(values))
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: keep them as text
+        if types[c] is None:
             arrays.append(pa.array([None if v is None else str(v) for v in values], pa.string()))
+        else:
+            arrays.append(pa.array(values, types[c]))
     return pa.RecordBatch.from_arrays(arrays, names=list(columns))
 
 
@@ -189,9 +339,11 @@ def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.Rec
 
 def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[str, np.ndarray]]]:
     """The column in the spec's type (bad slots filled with a placeholder), and (problem, mask) pairs."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
     problems = [("null", _mask(column.is_null()))]
-    if spec.kind == "any":  # an identity: its bytes are what they are
-        return column, problems
+    if spec.kind == "any":  # an identity
+        return canonical_identity(column), problems
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         column, invalid = _decoded(column)
         problems.append(("not UTF-8 text", invalid))
@@ -229,6 +381,26 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         lo, hi = spec.domain
         problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
     return values, problems
+
+
+def canonical_identity(column: pa.Array) -> pa.Array:
+    """One form per value, whatever the batch or file it came from, for values that identify (privacy
+    units): integers and booleans as int64, floats as float64 with -0.0 as 0.0 and a single NaN, text
+    and bytes as their bytes, anything else (a date, a decimal, a list) as the bytes of its text.
+
+    Within one type family (see ``type_family``) equal values, and only they, have equal forms.
+    """
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        return canonical_identity(column.dictionary_decode())
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        return pc.cast(column, pa.int64(), safe=False)  # uint64 beyond 2^63 wraps: still one form per value
+    if pa.types.is_floating(kind):
+        values = pc.add(pc.cast(column, pa.float64()), 0.0)  # -0.0 + 0.0 is 0.0
+        return pc.if_else(pc.is_nan(values), pa.scalar(float("nan")), values)  # NaNs differ in their bits
+    if not _is_text(kind):
+        column = _as_text(column)
+    return pc.cast(column, pa.large_binary())
 
 
 def _decoded(column: pa.Array, *, escape: bool = False) -> tuple[pa.Array, np.ndarray]:
@@ -319,3 +491,15 @@ def table_to_csv(table: pa.Table) -> bytes:
 def first_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:300]
+
+
+def describe_error(error: BaseException) -> str:
+    """What a message may say about ``error``: the first line of the InputError behind it (ours: file
+    names, row numbers and column names only), else its type alone, since the text of any other error
+    (a parser's, a runner's) may quote data."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, InputError):
+            return first_line(cause)
+        cause = cause.__cause__ or cause.__context__
+    return type(error).__name__

@@ -267,7 +267,7 @@ def run_counting_job(
         result = pipeline.run()
         result.wait_until_finish()
     except Exception as error:  # whatever the runner raises: the user gets one line, the ledger "failed"
-        raise JobFailedError(f"the job failed: {io.first_line(error)}; nothing was released, the budget "
+        raise JobFailedError(f"the job failed: {io.describe_error(error)}; nothing was released, the budget "
                              "reserved for it stays spent") from error  # fmt: skip
     log_row_counts(result, dead_letter_path(args.output))
     return io.read_json(output) if as_json else None
@@ -312,10 +312,13 @@ def configure_logging(argv: Sequence[str]) -> None:
 
 
 def _first_line_of_beam_errors(record: logging.LogRecord) -> bool:
-    """Beam logs a failed step with its traceback; the user sees its first line (all with DEBUG)."""
-    if record.name.startswith("apache_beam") and (record.exc_info or "\n" in record.getMessage()):
-        record.msg, record.args = record.getMessage().splitlines()[0], ()
+    """Beam logs a failed step with its traceback; the user sees one line (all with DEBUG), and of the
+    error only what io.describe_error tells: its text may quote data."""
+    if record.name.startswith("apache_beam") and record.exc_info and record.exc_info[1] is not None:
+        record.msg, record.args = f"a step failed: {io.describe_error(record.exc_info[1])}", ()
         record.exc_info = record.exc_text = None
+    elif record.name.startswith("apache_beam") and "\n" in record.getMessage():
+        record.msg, record.args = record.getMessage().splitlines()[0], ()
     return True
 
 

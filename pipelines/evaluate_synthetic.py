@@ -29,7 +29,8 @@ def workload_counts(path: str, workload: MarginalWorkload, domain: common.Domain
     for file in files:
         for split in io.splits(file, io.file_format(file)):
             for batch in io.read_split(split, workload.columns):
-                good, bad = io.validate(batch, specs)
+                malformed = isinstance(batch, io.MalformedRows)
+                good, bad = (None, batch.rows) if malformed else io.validate(batch, specs)
                 if bad is not None:
                     raise ValueError(f"{file}: {bad.column(io.REASON)[0].as_py()} (and {bad.num_rows - 1} more rows)")
                 total += workload.count(good)

@@ -68,10 +68,26 @@ def test_unit_hash_is_stable_across_batches_and_types():
     assert ints[0] == ints[2] != ints[1] and ints[0] == unit_hash(pa.array([1]))[0]
     floats = unit_hash(pa.array([1.5, -0.0, 0.0, 1.5, 2.0]))
     assert floats[0] == floats[3] and floats[1] == floats[2] and len({*floats.tolist()}) == 3
+    assert len({*unit_hash(pa.array(NANS)).tolist()}) == 1  # NaNs of any bits: one unit
+    assert (unit_hash(pa.array([5], pa.int32())) == unit_hash(pa.array([5], pa.uint8()))).all()
+    assert (unit_hash(pa.array(["ann"])) == unit_hash(pa.array([b"ann"]))).all()  # text is its bytes
     when = unit_hash(pa.array([0, 10**9, 0], pa.timestamp("s")))
     assert when[0] == when[2] != when[1]
     raw = unit_hash(pa.array([b"caf\xe9", b"cafe", b"caf\xe9"]))  # bytes are identities, whatever the encoding
     assert raw[0] == raw[2] != raw[1]
+
+
+NANS = np.frombuffer(np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000001], np.uint64).tobytes())
+
+
+def test_one_unit_whatever_form_its_value_takes_keeps_k_rows():
+    # -0.0 and 0.0 are one unit, and so are NaNs of any bits: they share a hash, and must share a group.
+    units = [-0.0, 0.0] * 3 + [*NANS.view(np.float64)] * 2
+    table = pa.table({"unit": pa.array(units, pa.float64()), "row": np.arange(len(units))})
+    for shards in (1, 7):
+        kept = bound(table.to_batches(max_chunksize=2), 2, shards, seed=shards)
+        zeros = np.asarray(kept.column("unit")) == 0
+        assert zeros.sum() == 2 and (~zeros).sum() == 2
 
 
 def test_kept_rows_are_chosen_uniformly():

@@ -54,7 +54,7 @@ def test_a_bundle_that_fails_once_retries_to_the_same_release_or_fails_cleanly(t
         assert statuses == ["done", "done"]
     else:  # the runner gave up: one line, no output, the charge kept
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == common.JOB_ERROR and err[-1].startswith("error: the job failed: worker lost")
+        assert code == common.JOB_ERROR and err[-1].startswith("error: the job failed: OSError;")
         assert not (tmp_path / "flaky.json").exists() and statuses == ["done", "failed"]
 
 

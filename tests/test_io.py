@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 
+import fastavro
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from beam_data import purchases, write
+from beam_data import pages_zeroed, purchases, write
 
 from beam_expmech import io
+
+SECRET = "secret-ssn-123-45-6789"
 
 
 @pytest.mark.parametrize("fmt", io.FORMATS)
@@ -17,7 +21,7 @@ def test_every_format_reads_back_the_needed_columns(tmp_path, fmt):
     table = purchases(1000)
     path = write(table, tmp_path / f"data.{fmt}", fmt)
     assert io.match_files(str(tmp_path / "*")) == [str(path)]
-    assert set(io.column_names(str(path), fmt)) == {"user_id", "item", "amount"}
+    assert set(io.column_types(str(path), fmt)) == {"user_id", "item", "amount"}
     batches = [b for split in io.splits(str(path), fmt) for b in io.read_split(split, ["item", "amount"])]
     read = pa.Table.from_batches(batches)
     assert read.column_names == ["item", "amount"]
@@ -43,6 +47,88 @@ def test_schema_problems_name_the_file_and_column(tmp_path):
         io.check_columns([str(broken)], None, ["item"])
     with pytest.raises(io.InputError, match="no file matches"):
         io.match_files(str(tmp_path / "*.avro"))
+
+
+def test_a_malformed_csv_row_is_set_aside_by_its_row_number_never_quoted(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text(f'user,item\n1,2\n"{SECRET}",30,EXTRA\n7\n3,4\n')
+    assert io.column_types(str(path), "csv") == {"user": pa.binary(), "item": pa.binary()}  # despite the bad rows
+    read = list(io.read_split((str(path), "csv", None), ["user", "item"]))
+    rows = pa.Table.from_batches([b for b in read if isinstance(b, pa.RecordBatch)])
+    assert rows.column("user").to_pylist() == [b"1", b"3"]
+    malformed = pa.concat_tables([b.rows for b in read if isinstance(b, io.MalformedRows)])
+    assert malformed.column(io.REASON).to_pylist() == [
+        f"malformed CSV row: expected 2 fields, got 3 (row 3 of {path})",
+        f"malformed CSV row: expected 2 fields, got 1 (row 4 of {path})",
+    ]
+    assert malformed.column("user").null_count == 2  # which field is which cannot be told
+
+
+def test_a_file_that_cannot_be_read_is_named_by_the_error_type_never_quoted(tmp_path, capfd):
+    # pyarrow cannot hand a malformed row that is not UTF-8 to the handler: the file is unreadable.
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes(f'user,item\n1,2\n"{SECRET}",30,caf\xe9\n'.encode("latin-1"))
+    with pytest.raises(io.InputError) as raised:
+        io.column_types(str(latin1), "csv")
+    assert str(raised.value) == f"{latin1}: unreadable csv file (a malformed row that is not UTF-8 text)"
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(pa.table({"note": [SECRET] * 100, "item": list(range(100))}), clean)
+    zeroed = tmp_path / "zeroed.parquet"
+    zeroed.write_bytes(pages_zeroed(clean.read_bytes()))
+    with pytest.raises(io.InputError) as raised:
+        list(io.read_split((str(zeroed), "parquet", 0), ["note", "item"]))
+    assert str(raised.value).startswith(f"{zeroed}: unreadable parquet file (") and SECRET not in str(raised.value)
+    printed = capfd.readouterr()
+    assert SECRET not in printed.out + printed.err and "0xe9" not in printed.err  # nor Python's own report
+
+
+def write_avro(path, fields: dict, rows: list[dict]) -> str:
+    schema = {"type": "record", "name": "Row", "fields": [{"name": n, "type": t} for n, t in fields.items()]}
+    with open(path, "wb") as handle:
+        fastavro.writer(handle, schema, rows)
+    return str(path)
+
+
+def test_avro_values_read_as_their_declared_type_whatever_rows_are_beside_them(tmp_path):
+    fields = {"user": ["null", "long", "string"], "item": ["null", "long", "double"], "n": ["null", "long"]}
+    alone = write_avro(tmp_path / "alone.avro", fields, [{"user": 5, "item": 2**62 + 1, "n": 1}])
+    beside = write_avro(tmp_path / "beside.avro", fields, [{"user": 5, "item": 2**62 + 1, "n": 1},
+                                                          {"user": "x", "item": 0.5, "n": None}])  # fmt: skip
+    assert io.column_types(alone, "avro") == {"user": pa.string(), "item": pa.string(), "n": pa.int64()}
+    specs = [io.ColumnSpec("user", "any"), io.ColumnSpec("item", "int"), io.ColumnSpec("n", "int")]
+    first, second = (
+        io.validate(next(io.read_split((p, "avro", None), list(fields))), specs)[0] for p in (alone, beside)
+    )
+    assert first.schema == second.schema
+    assert first.to_pylist() == second.to_pylist() == [{"user": b"5", "item": 2**62 + 1, "n": 1}]
+
+
+def test_files_that_type_a_needed_column_differently_are_refused(tmp_path):
+    def parquet(name, users):
+        pq.write_table(pa.table({"user": users, "item": [1] * len(users)}), tmp_path / name)
+        return str(tmp_path / name)
+
+    int32, int64 = parquet("a.parquet", pa.array([5], pa.int32())), parquet("b.parquet", pa.array([5], pa.int64()))
+    nulls = parquet("c.parquet", pa.array([None], pa.null()))
+    io.check_columns([int32, int64, nulls], None, ["user", "item"])  # one family: one canonical form
+    for other, family in ((parquet("d.parquet", ["5"]), "text"), (parquet("e.parquet", [5.0]), "floating-point")):
+        with pytest.raises(io.InputError, match=rf"{other}: column 'user' holds {family}.*, but integers in {int32}"):
+            io.check_columns([int32, int64, nulls, other], None, ["user", "item"])
+    csv = write(pa.table({"user": [5], "item": [1]}), tmp_path / "f.csv", "csv")
+    with pytest.raises(io.InputError, match=r"f\.csv: column 'item' holds text"):
+        io.check_columns([int32, str(csv)], None, ["item", "user"])
+    avro = write_avro(tmp_path / "g.avro", {"user": "long", "item": "long"}, [{"user": 5, "item": 1}])
+    io.check_columns([int32, avro], None, ["user", "item"])
+
+
+def test_an_identity_takes_its_canonical_form():
+    batch = pa.record_batch(
+        {"f": [-0.0, 0.0, float("nan")], "i": pa.array([5, 6, None], pa.int32()), "s": ["a", "b", "c"]}
+    )
+    good, bad = io.validate(batch, [io.ColumnSpec(c, "any") for c in ("f", "i", "s")])
+    assert bad.column(io.REASON).to_pylist() == ["i: null"]
+    assert np.signbit(good.column("f").to_numpy()).tolist() == [False, False]
+    assert good.schema.types == [pa.float64(), pa.int64(), pa.large_binary()]
 
 
 def test_validation_routes_each_bad_row_with_its_reason():

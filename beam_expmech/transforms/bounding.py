@@ -26,18 +26,14 @@ _COMPACT_ROWS = 1 << 17
 
 
 def unit_hash(units: pa.Array) -> np.ndarray:
-    """A 64-bit hash of each unit that every worker computes alike (numbers and text vectorised;
-    other types by their text)."""
-    kind = units.type
-    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-        return _mix(units.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64))
-    if pa.types.is_floating(kind):
-        values = units.to_numpy(zero_copy_only=False).astype(np.float64) + 0.0  # -0.0 and 0.0: one unit
-        return _mix(values.view(np.uint64))
-    if not any(check(kind) for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
-                                         pa.types.is_large_binary)):  # fmt: skip
-        units = pa.array([str(v) for v in units.to_pylist()], pa.large_string())
-    text = pc.cast(units, pa.large_binary(), safe=False)
+    """A 64-bit hash of each unit's canonical form (io.canonical_identity), which every worker computes
+    alike and which keep_lowest groups by: numbers and text vectorised."""
+    units = io.canonical_identity(units)
+    if pa.types.is_integer(units.type):
+        return _mix(units.to_numpy(zero_copy_only=False).astype(np.int64, copy=False).view(np.uint64))
+    if pa.types.is_floating(units.type):
+        return _mix(units.to_numpy(zero_copy_only=False).astype(np.float64, copy=False).view(np.uint64))
+    text = units  # large_binary
     offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[text.offset : text.offset + len(text) + 1]
     data = np.frombuffer(text.buffers()[2], dtype=np.uint8) if text.buffers()[2] is not None else np.zeros(0, np.uint8)
     lengths = np.diff(offsets)
@@ -95,7 +91,8 @@ def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     """
     if table.num_rows == 0:
         return table
-    codes = pc.dictionary_encode(table.column(unit_column).combine_chunks()).indices.to_numpy(zero_copy_only=False)
+    units = io.canonical_identity(table.column(unit_column).combine_chunks())  # the form unit_hash sharded by
+    codes = pc.dictionary_encode(units).indices.to_numpy(zero_copy_only=False)
     # One sort key: the unit's code above its row's priority. (Equal priorities, 2^-32 a pair,
     # fall back on the sort's order: a negligible tilt of which rows are kept, not of how many.)
     order = np.argsort((codes.astype(np.uint64) << np.uint64(32)) | table.column(PRIORITY).to_numpy())

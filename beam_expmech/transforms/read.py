@@ -18,8 +18,9 @@ GOOD, DEAD = "good", "dead"
 class ReadRecordBatches(beam.PTransform):
     """Files (local, glob or gs://) as record batches of the needed columns.
 
-    col: pyarrow.RecordBatch. Parquet files are read in parallel by row group, CSV and Avro by
-    file; nothing is ever materialised whole.
+    col: pyarrow.RecordBatch, and io.MalformedRows for CSV rows with the wrong number of fields
+    (ValidateBatches sends them to the dead letter). Parquet files are read in parallel by row
+    group, CSV and Avro by file; nothing is ever materialised whole.
     """
 
     def __init__(self, files: Sequence[str], fmt: str | None, columns: Sequence[str]):
@@ -43,7 +44,12 @@ class _Validate(beam.DoFn):
         self.rows = Metrics.counter(METRICS_NAMESPACE, "rows_read")
         self.rejected = Metrics.counter(METRICS_NAMESPACE, "dead_letter_rows")
 
-    def process(self, batch: pa.RecordBatch):
+    def process(self, batch: pa.RecordBatch | io.MalformedRows):
+        if isinstance(batch, io.MalformedRows):  # the reader could not split these rows into fields
+            self.rows.inc(batch.rows.num_rows)
+            self.rejected.inc(batch.rows.num_rows)
+            yield beam.pvalue.TaggedOutput(DEAD, batch.rows)
+            return
         good, bad = io.validate(batch, self.specs)
         self.rows.inc(batch.num_rows)
         if good.num_rows:
@@ -54,7 +60,8 @@ class _Validate(beam.DoFn):
 
 
 class ValidateBatches(beam.PTransform):
-    """Split each batch into good rows (typed) and bad rows (text, with a reason).
+    """Split each batch into good rows (typed) and bad rows (text, with a reason); rows the reader
+    set aside (io.MalformedRows) are all bad.
 
     Returns a tuple of PCollections with tags ``good`` (RecordBatch) and ``dead`` (pyarrow.Table).
     Bad rows are counted in the non-private counter ``dead_letter_rows``.

@@ -1,7 +1,8 @@
 """The adversarial input corpus: files that break the rules in one way each, written by the tests.
 
 Every file holds the same clean rows (users, an item code, a float, bits) plus, where the case
-is about rows, some bad ones. A case says what a pipeline must do with it: refuse it with a
+is about rows, some bad ones, and a planted ``SECRET`` wherever a broken file can hold one: no
+message, log line or exception text may ever show it. A case says what a pipeline must do with it: refuse it with a
 one-line error before any budget is spent (``usage``), or release exactly what the clean rows
 give, with the bad rows in the dead letter (``release``, and how many bad rows), or, where
 nothing can tell before the rows are read, fail cleanly: one line, the charge kept and marked
@@ -22,6 +23,7 @@ from beam_data import pages_zeroed
 
 COLUMNS = ("user", "item", "x", "f0", "f1", "y")
 ITEMS = 6
+SECRET = "secret-ssn-123-45-6789"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,10 @@ CASES = [
     ),
     Case("null_privacy_units", "null_privacy_units.csv", "release", bad_rows=2),
     Case("mixed_encodings", "mixed_encodings.csv", "release", bad_rows=1),
+    Case("malformed_rows", "malformed_rows.csv", "release", bad_rows=2),
+    # pyarrow cannot set aside a malformed row that is not UTF-8: the file is unreadable.
+    Case("malformed_row_not_utf8", "malformed_row_not_utf8.csv", "usage"),
+    Case("unit_typed_differently", "unit_typed_differently-*.parquet", "usage"),
     Case("zero_rows", "zero_rows.csv", "release", same_as=None),
     Case("empty_file", "empty_file.csv", "usage"),
     Case("glob_matches_nothing", "nothing-*.parquet", "usage"),
@@ -92,29 +98,34 @@ def write_corpus(folder: Path, rows: dict[str, list]) -> None:
     """Write every case's file into ``folder``, beside ``clean.csv`` (and ``zero.csv``)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "clean.csv").write_text(csv_text(rows))
-    pq.write_table(pa.table({c: rows[c] for c in COLUMNS}), folder / "clean.parquet", row_group_size=100)
+    noted = pa.table({**{c: rows[c] for c in COLUMNS}, "note": [SECRET] * len(rows["user"])})
+    pq.write_table(noted, folder / "clean.parquet", row_group_size=100)  # the secret in its pages and statistics
     parquet = (folder / "clean.parquet").read_bytes()
     zero = {**rows, "x": [0.0, *rows["x"][1:]]}
     (folder / "zero.csv").write_text(csv_text(zero))
-    quoted = {**rows, "note": ['a "quoted"\nline, with comma'] * len(rows["user"])}
+    quoted = {**rows, "note": [f'a "quoted"\nline, with comma {SECRET}'] * len(rows["user"])}
     # Each bad row is bad in every column a pipeline reads, so every pipeline rejects it.
-    extremes = ["8,9223372036854775807,1.0,0,1,1", "9,-1,1.0,0,1,1", "10,99999999999999999999,1.0,0,1,1"]
+    extremes = [f"{SECRET},9223372036854775807,1.0,0,1,1", f"{SECRET},-1,1.0,0,1,1",
+                f"{SECRET},99999999999999999999,1.0,0,1,1"]  # fmt: skip
     contents = {
         "truncated_parquet": parquet[: len(parquet) // 2],
         "corrupt_parquet_pages": pages_zeroed(parquet),
-        "not_parquet_at_all": b"PAR1 this is no parquet file PAR1",
-        "missing_column": csv_text(rows, columns=[c for c in COLUMNS if c != "item"]),
-        "extra_column": csv_text({**rows, "note": ["n"] * len(rows["user"])}, columns=(*COLUMNS, "note")),
+        "not_parquet_at_all": f"PAR1 {SECRET} is no parquet file PAR1".encode(),
+        "missing_column": csv_text(rows, [f"{SECRET},1.0,0,1,1"], columns=[c for c in COLUMNS if c != "item"]),
+        "extra_column": csv_text({**rows, "note": [SECRET] * len(rows["user"])}, columns=(*COLUMNS, "note")),
         "quoted_newlines": csv_text(quoted, columns=("note", *COLUMNS)),
         "byte_order_mark": "\ufeff" + csv_text(rows),
-        "wrong_types": csv_text(rows, ["1,many,lots,yes,no,maybe", "2,3.5,1e999x,2,0,1"]),
-        "nan_inf": csv_text(rows, ["4,1,nan,0,1,1", "5,2,inf,0,1,0", "6,3,-inf,1,1,1"]),
+        "wrong_types": csv_text(rows, [f"1,{SECRET},{SECRET},{SECRET},{SECRET},{SECRET}", "2,3.5,1e999x,2,0,1"]),
+        "nan_inf": csv_text(rows, [f"{SECRET},1,nan,0,1,1", "5,2,inf,0,1,0", "6,3,-inf,1,1,1"]),
         "negative_zero": csv_text({**zero, "x": [-0.0, *zero["x"][1:]]}),
         # Out of the domain (synthesize), or beyond int64 (select reads item as an int too).
         "int64_max_and_negative_codes": csv_text(rows, extremes),
         "null_privacy_units": csv_text(rows, [",1,1.0,0,1,1", ",2,2.0,1,1,0"]),
         # Latin-1 bytes in a UTF-8 file, in every column a pipeline reads as text, codes or numbers.
-        "mixed_encodings": csv_text(rows).encode() + "11,café,1é,é,0,1\n".encode("latin-1"),
+        "mixed_encodings": csv_text(rows).encode() + f"{SECRET},café,1é,é,0,1\n".encode("latin-1"),
+        # One field too many, and one field alone.
+        "malformed_rows": csv_text(rows, [f"{SECRET},1,1.0,0,1,1,{SECRET}", SECRET]),
+        "malformed_row_not_utf8": csv_text(rows).encode() + f"{SECRET},café,1.0,0,1,1,é\n".encode("latin-1"),
         "zero_rows": ",".join(COLUMNS) + "\n",
         "empty_file": b"",
     }
@@ -123,6 +134,10 @@ def write_corpus(folder: Path, rows: dict[str, list]) -> None:
         if case.name in contents:
             data = contents[case.name]
             (folder / case.file).write_bytes(data if isinstance(data, bytes) else data.encode())
+    # The unit read as integers from one file and as text from the other: one unit could be two.
+    pq.write_table(pa.table({c: rows[c] for c in COLUMNS}), folder / "unit_typed_differently-1.parquet")
+    as_text = pa.table({**{c: rows[c] for c in COLUMNS}, "user": [SECRET] * len(rows["user"])})
+    pq.write_table(as_text, folder / "unit_typed_differently-2.parquet")
 
 
 def big_unit_rows(rows: dict[str, list], extra: int) -> dict[str, list]:

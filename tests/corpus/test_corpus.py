@@ -1,16 +1,19 @@
 """Every pipeline against the adversarial corpus (corpus.py): a one-line refusal before any budget is
 spent, or the clean rows' release with the bad rows in the dead letter, or a clean failure. Never a
-traceback, never a silently different answer, never an output that looks complete but is not."""
+traceback, never a silently different answer, never an output that looks complete but is not, and
+never the planted secret in any output, log record (ours at DEBUG) or exception text."""
 
 from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from corpus import CASES, ITEMS, Case, big_unit_rows, clean_rows, csv_text, write_corpus
+from corpus import CASES, ITEMS, SECRET, Case, big_unit_rows, clean_rows, csv_text, write_corpus
 
 from beam_expmech.ledger import Ledger
 from pipelines import common, learn, quantiles, select, synthesize
@@ -41,17 +44,20 @@ def corpus(tmp_path_factory) -> Path:
     return folder
 
 
-def run(pipeline: str, source: str, folder: Path, out: Path, capsys) -> tuple[int, str, Ledger]:
-    """The pipeline on ``source`` as its command line runs it, charged to a fresh ledger."""
+def run(pipeline: str, source: str, folder: Path, out: Path, capsys, caplog) -> tuple[int, str, Ledger]:
+    """The pipeline on ``source`` as its command line runs it (our loggers at DEBUG), charged to a fresh
+    ledger; whatever it prints or logs must not show the planted secret."""
     module, flags, _kind = PIPELINES[pipeline]
     ledger = Ledger(str(out.parent / "ledger.json"))
     ledger.init("d", epsilon=100.0)
     flags = [f.replace("{domain}", str(folder / "domain.json")) for f in flags]
     argv = ["--input", source, *flags, *UNIT, "--output", str(out),
-            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+            "--budget-ledger", ledger.path, "--dataset-id", "d", "--log-level", "DEBUG"]  # fmt: skip
     capsys.readouterr()
     code = common.run_cli(module.main, argv)  # an uncaught exception here is a traceback: the test fails
-    return code, capsys.readouterr().err, ledger
+    printed = capsys.readouterr()
+    assert SECRET not in printed.out + printed.err + caplog.text  # caplog.text holds every traceback logged
+    return code, printed.err, ledger
 
 
 def released(out: Path, kind: str):
@@ -68,11 +74,11 @@ def dead_letter_rows(out: Path) -> int:
 BASELINES: dict = {}
 
 
-def baseline(pipeline: str, folder: Path, name: str, tmp_path_factory, capsys):
+def baseline(pipeline: str, folder: Path, name: str, tmp_path_factory, capsys, caplog):
     if (pipeline, name) not in BASELINES:
         out = tmp_path_factory.mktemp(f"baseline-{pipeline}") / ("out.json" if PIPELINES[pipeline][2] == "json"
                                                                     else "out.parquet")  # fmt: skip
-        code, err, _ = run(pipeline, str(folder / name), folder, out, capsys)
+        code, err, _ = run(pipeline, str(folder / name), folder, out, capsys, caplog)
         assert code == 0, err
         BASELINES[pipeline, name] = released(out, PIPELINES[pipeline][2])
     return BASELINES[pipeline, name]
@@ -83,11 +89,13 @@ def baseline(pipeline: str, folder: Path, name: str, tmp_path_factory, capsys):
     [(p, c) for c in CASES for p in sorted(PIPELINES) if c.applies_to(p)],
     ids=lambda v: v if isinstance(v, str) else v.name,
 )
-def test_every_pipeline_on_every_corpus_file(pipeline: str, case: Case, corpus, tmp_path, tmp_path_factory, capsys):
+def test_every_pipeline_on_every_corpus_file(
+    pipeline: str, case: Case, corpus, tmp_path, tmp_path_factory, capsys, caplog
+):
     folder = corpus
     kind = PIPELINES[pipeline][2]
     out = tmp_path / ("out.json" if kind == "json" else "out.parquet")
-    code, err, ledger = run(pipeline, str(folder / case.file), folder, out, capsys)
+    code, err, ledger = run(pipeline, str(folder / case.file), folder, out, capsys, caplog)
     records = ledger.dataset("d")["releases"]
     lines = err.strip().splitlines()
     if case.expect == "usage":
@@ -101,21 +109,41 @@ def test_every_pipeline_on_every_corpus_file(pipeline: str, case: Case, corpus, 
         assert [r["status"] for r in records] == ["done"]
         assert dead_letter_rows(out) == case.rejected(pipeline)
         if case.same_as is not None:
-            assert released(out, kind) == baseline(pipeline, folder, case.same_as, tmp_path_factory, capsys)
+            assert released(out, kind) == baseline(pipeline, folder, case.same_as, tmp_path_factory, capsys, caplog)
 
 
-def test_one_unit_with_a_million_rows_is_bounded(tmp_path, capsys):
+def test_one_unit_with_a_million_rows_is_bounded(tmp_path, capsys, caplog):
     rows = big_unit_rows(clean_rows(), 1_000_000)
     (tmp_path / "big.csv").write_text(csv_text(rows))
     out = tmp_path / "out.json"
-    code, err, _ledger = run("select", str(tmp_path / "big.csv"), tmp_path, out, capsys)
+    code, err, _ledger = run("select", str(tmp_path / "big.csv"), tmp_path, out, capsys, caplog)
     assert code == 0, err
     assert dead_letter_rows(out) == 0 and released(out, "json")["max_rows_per_unit"] == 40
 
 
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
-def test_a_bucket_that_does_not_exist(pipeline, gcs_emulator, corpus, tmp_path, capsys):
+def test_a_bucket_that_does_not_exist(pipeline, gcs_emulator, corpus, tmp_path, capsys, caplog):
     out = tmp_path / ("out.json" if PIPELINES[pipeline][2] == "json" else "out.parquet")
-    code, err, ledger = run(pipeline, "gs://no-such-bucket/data/*.parquet", corpus, out, capsys)
+    code, err, ledger = run(pipeline, "gs://no-such-bucket/data/*.parquet", corpus, out, capsys, caplog)
     assert code == common.USAGE_ERROR and err.count("\n") == 1 and "no-such-bucket" in err
     assert ledger.dataset("d")["releases"] == [] and not out.exists()
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+@pytest.mark.parametrize(
+    "name,code",
+    [
+        ("corrupt_parquet_pages", common.JOB_ERROR),
+        ("malformed_rows", 0),
+        ("malformed_row_not_utf8", common.USAGE_ERROR),
+    ],
+)
+def test_the_command_line_prints_no_data_value(name, code, level, corpus, tmp_path):
+    """The installed command, with its own logging (Beam's error filter, Python's report of ignored errors)."""
+    source = corpus / next(c.file for c in CASES if c.name == name)
+    script = str(Path(sys.executable).with_name("beam-expmech"))
+    run = subprocess.run([script, "select", "--input", str(source), *PIPELINES["select"][1], *UNIT,
+                          "--output", str(tmp_path / "out.json"), "--log-level", level],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == code, run.stderr
+    assert SECRET not in run.stdout + run.stderr and "0xe9" not in run.stderr  # é in Latin-1
