@@ -36,6 +36,7 @@ PIPELINE = "tests/audit/test_audit_pipeline.py"
 SHIPPED_SELECT = f"{PIPELINE}::test_select_as_shipped"
 LEARN = "tests/audit/test_audit_learn.py"
 QUANTILES = "tests/audit/test_audit_quantiles.py"
+INPUT = "tests/audit/test_audit_input.py::test_each_unit_counts_min_k_of_its_valid_rows"
 
 MUTANTS = [
     Mutant(
@@ -150,6 +151,34 @@ MUTANTS = [
         "scale = Fraction(epsilon) / (4 * max_rows * den)",
         "scale = Fraction(epsilon) / (2 * max_rows * den)",
         (f"{QUANTILES}::test_joint_exp_pmf[1]",),
+    ),
+    Mutant(
+        "bounding keeps K + 1 rows per unit",
+        "beam_expmech/transforms/bounding.py",
+        "return table.take(pa.array(order[rank < max_rows]))",
+        "return table.take(pa.array(order[rank <= max_rows]))",
+        (f"{INPUT}[float_units]",),
+    ),
+    Mutant(
+        "a unit typed by what else is in its batch (issue 12, item 7)",
+        "beam_expmech/io.py",
+        "        if types[c] is None:",
+        "        if types[c] is None and len({type(v) for v in values if v is not None}) > 1:",
+        (f"{INPUT}[avro_union_units]",),
+    ),
+    Mutant(
+        "a dead-letter row that still counts",
+        "beam_expmech/io.py",
+        "good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)",
+        "good = pa.RecordBatch.from_arrays(clean, names=names)",
+        (f"{INPUT}[avro_union_units]",),
+    ),
+    Mutant(
+        "-0.0 and 0.0 as two units (issue 12, item 5)",
+        "beam_expmech/io.py",
+        "values = pc.add(pc.cast(column, pa.float64()), 0.0)",
+        "values = pc.cast(column, pa.float64())",
+        (f"{INPUT}[float_units]",),
     ),
     Mutant(
         "AIM claims a monotone score (its score is an error, not a count)",
