@@ -451,8 +451,10 @@ def _mask(array: pa.Array) -> np.ndarray:
 def write_atomically(path: str, data: bytes) -> None:
     """Write ``data`` so that ``path`` is either absent, as before, or complete.
 
-    Locally: a temporary file in the same folder, flushed, then renamed over ``path``. On
-    gs:// a single object upload, which the service makes visible only when finished.
+    Locally: a temporary file in the same folder, flushed, renamed over ``path``, and the
+    folder flushed too (a rename lives in the folder: without that, a power cut can undo it,
+    and a ledger reservation made before data was read would vanish). On gs:// a single
+    object upload, which the service makes visible only when finished.
     """
     if "://" in path and not path.startswith("file://"):
         with FileSystems.create(path) as handle:
@@ -466,6 +468,11 @@ def write_atomically(path: str, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(handle.name, path)
+    folder_handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(folder_handle)
+    finally:
+        os.close(folder_handle)
 
 
 def write_json(path: str, payload: dict) -> None:

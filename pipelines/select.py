@@ -7,8 +7,8 @@
 The candidates are public (a file with one label a line, or an integer range LO..HI-1). Each
 candidate's score is the number of rows whose column equals it; with --privacy-unit each
 unit keeps at most K rows, so a score moves by at most K (sensitivity K, monotone). Only the
-selection and public parameters are released, in OUT.json; rejected rows go to
-OUT.dead_letter.csv beside it.
+selection and public parameters are released, in OUT.json; rejected rows (raw data) go to
+--dead-letter PATH, by default OUT.dead_letter.csv beside it.
 """
 
 from __future__ import annotations

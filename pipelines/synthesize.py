@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import posixpath
 import sys
 
@@ -31,9 +30,7 @@ from beam_expmech import io, parameters
 from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalWorkload
-from beam_expmech.synth import blr
-from beam_expmech.synth.aim import aim
-from beam_expmech.synth.mwem import mwem
+from beam_expmech.synth import MAX_MEMORY, aim, blr, mwem
 from beam_expmech.transforms import GatherCounts
 from pipelines import common
 
@@ -90,13 +87,14 @@ def generate(counts: np.ndarray, *, family: MarginalWorkload, args: argparse.Nam
         workload = family.split(counts)
         if args.method == "aim":
             progress = _progress_bar() if sys.stderr.isatty() else None
-            result = aim(workload, domain, rho=args.rho, rounds=args.rounds, max_rows=max_rows, rng=args.seed,
-                         progress=progress)  # fmt: skip
+            result = aim.aim(workload, domain, rho=args.rho, rounds=args.rounds, max_rows=max_rows, rng=args.seed,
+                             progress=progress)  # fmt: skip
             details = {"rho": args.rho}
         else:
-            rounds = args.rounds or 20
-            result = mwem(workload, domain, epsilon=args.epsilon, rounds=rounds, max_rows=max_rows, rng=args.seed)
-            details = {"rounds": rounds}
+            result = mwem.mwem(
+                workload, domain, epsilon=args.epsilon, rounds=args.rounds, max_rows=max_rows, rng=args.seed
+            )
+            details = {"rounds": args.rounds}
         rows = args.rows or result.rows
         table = result.model.sample(rows, random_source(None if args.seed is None else args.seed + 1))
         details |= {"rows": rows, "measured": [list(m) for m in result.measured]}
@@ -157,10 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
     described = {c: described[c] for c in columns}
     domain = common.domain_sizes(described)
+    max_rows = args.max_rows_per_unit or 1
+    # The generator's own checks (and its memory) from public parameters: before any budget is spent.
     if args.method == "blr":
         if args.rows is None:
             raise ValueError("--rows is required with --method blr (the synthetic dataset's size)")
-        blr.check_size(math.prod(domain.values()), parameters.count(args.rows, "--rows"))  # before any budget
+        parameters.count(args.rows, "--rows")
+        memory = blr.check_parameters(list(domain.values()), rows=args.rows, max_rows=max_rows)
         family = MarginalWorkload([tuple(columns)], domain)
     else:
         degree = min(3, len(columns)) if args.workload_degree is None else args.workload_degree
@@ -170,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         family = MarginalWorkload(list(itertools.combinations(columns, degree)), domain)
         if family.num_candidates > 50_000_000:
             raise ValueError(f"the {degree}-way marginals have {family.num_candidates:,} cells: too many to hold")
+        if args.method == "aim":
+            memory = aim.check_parameters(domain, family.marginals, rounds=args.rounds, max_rows=max_rows)
+        else:
+            args.rounds = args.rounds or mwem.DEFAULT_ROUNDS
+            memory = mwem.check_parameters(domain, family.marginals, rounds=args.rounds, max_rows=max_rows)
     specs = [common.domain_spec(c, v) for c, v in described.items()] + common.unit_specs(args)
     files = common.check_input(args, specs)
 
@@ -184,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output
     labels = {c: v for c, v in described.items() if not isinstance(v, int)}
     plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
-            "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells"}  # fmt: skip
+            "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells",
+            "generator memory": f"at most {memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
     if common.dry_run(args, cost, files, plan):
         return 0
     with common.charge(args, cost, "synthesize", delta=delta):  # before any row is read

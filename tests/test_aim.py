@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
 from shared_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
-from beam_expmech.synth.aim import aim
+from beam_expmech.synth.aim import aim, check_parameters
 from beam_expmech.synth.baselines import independent_marginals
 from beam_expmech.synth.graphical_model import GraphicalModel
 
@@ -46,10 +47,23 @@ def test_beats_independent_marginals_and_stays_close_to_the_data():
     assert abs(result.rows - batch.num_rows) < 0.02 * batch.num_rows
 
 
-def test_the_model_never_outgrows_its_cap():
+def test_the_model_never_outgrows_its_cap_and_the_run_holds_less_than_it_states():
     batch, domain = load("titanic", 6)  # Age has 91 codes
-    result = aim(marginals(batch, domain, 3), domain, rho=1.0, max_cells=2000, rng=96)
+    workload = marginals(batch, domain, 3)
+    stated = check_parameters(domain, list(workload), max_cells=2000)
+    tracemalloc.start()
+    try:
+        result = aim(workload, domain, rho=1.0, max_cells=2000, rng=96)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert sum(np.prod(p.shape) for p in result.model.potentials) <= 2000
+    assert peak <= stated
+
+
+def test_one_way_marginals_over_the_cap_are_refused_before_any_count_is_read():
+    with pytest.raises(ValueError, match="AIM: the 1-way marginals alone have 2,000,001 cells, over the limit"):
+        check_parameters({"a": 2_000_000, "b": 1}, [("a", "b")])
 
 
 @pytest.mark.parametrize(

@@ -79,6 +79,7 @@ def shop_data(folder: Path) -> dict:
     return {
         "input": str(folder / "data.parquet"),
         "output": str(folder / "releases"),
+        "dead_letters": str(folder / "operators" / "dead_letters"),
         "ledger": str(folder / "ledger.json"),
         "dataset_id": "shop",
         "select": {"column": "item", "candidate_range": "0:10", "top_k": 2, "epsilon": 0.5, **unit},
@@ -106,7 +107,10 @@ def test_one_run_releases_a_selection_and_synthetic_data_charged_to_one_ledger(a
     assert table.column_names == list(DOMAIN) and table.num_rows > 0
     for column, size in DOMAIN.items():
         assert set(table[column].to_pylist()) <= set(range(size))
-    assert synthetic.with_name("synthetic.manifest.json").exists()
+    assert {p.name for p in synthetic.parent.iterdir()} == {"select.json", "synthetic.parquet",
+                                                            "synthetic.manifest.json"}  # fmt: skip
+    dead_letters = {p.name for p in (tmp_path / "operators" / "dead_letters").glob("*/*")}
+    assert dead_letters == {"select.dead_letter.csv", "synthesize.dead_letter.csv"}  # raw rows: not published
 
     dataset = Ledger(config["ledger"]).dataset("shop")
     records = dataset["releases"]
@@ -148,6 +152,7 @@ def test_the_variable_switches_to_dataflow_and_chooses_the_releases(tmp_path):
     local = plan(config)
     assert local["runner"] == "DirectRunner" and local["dataflow"] == {}
     assert local["select"]["output"] == f"{config['output']}/2026-12-01/select.json"
+    assert local["select"]["dead_letter"] == f"{config['dead_letters']}/2026-12-01/select.dead_letter.csv"
     assert local["synthesize"]["budget_ledger"] == config["ledger"]
 
     dataflow = {"project_id": "p", "location": "europe-west1"}
@@ -159,5 +164,8 @@ def test_the_variable_switches_to_dataflow_and_chooses_the_releases(tmp_path):
     assert remote["select"]["setup_file"] == options["setup_file"] and remote["synthesize"] is None
 
     assert "needs ledger" in plan({k: v for k, v in config.items() if k != "ledger"})["error"]
+    assert "needs dead_letters" in plan({k: v for k, v in config.items() if k != "dead_letters"})["error"]
+    inside = {**config, "dead_letters": f"{config['output']}/dead"}
+    assert "dead_letters must lie outside output" in plan(inside)["error"]
     assert "runner must be" in plan({**config, "runner": "SparkRunner"})["error"]
     assert "unknown keys: selct" in plan({**config, "selct": {}})["error"]

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import itertools
 import math
+import tracemalloc
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from beam_expmech.synth.blr import blr_probabilities, blr_synthesize, candidate_count, histogram_to_rows
+from beam_expmech.synth.blr import (
+    blr_probabilities,
+    blr_synthesize,
+    candidate_count,
+    check_parameters,
+    conjunction_queries,
+    histogram_to_rows,
+    query_count,
+)
 
 NLTCS = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltcs" / "nltcs.csv"
 
@@ -75,3 +84,19 @@ def test_refuses_a_space_too_large():
         blr_synthesize(np.ones(4, int), [2, 2], rows=2, epsilon=0)
     with pytest.raises(ValueError, match="histogram of 4 counts"):
         blr_synthesize(np.ones(5, int), [2, 2], rows=2, epsilon=1)
+
+
+def test_the_memory_it_states_before_a_run_bounds_what_the_run_holds():
+    for domain in ([2, 3], [4, 4, 4], [3, 2, 5, 2]):
+        assert conjunction_queries(domain, 2).shape[1] == query_count(domain, 2)
+    stated = check_parameters([4, 4, 4], rows=3)  # 45,760 candidates
+    tracemalloc.start()
+    try:
+        blr_synthesize(np.arange(64), [4, 4, 4], rows=3, epsilon=1, rng=64)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= stated < 2 * peak
+    # one candidate per cell: 10^6 x 10^6 int64, refused before any of it is allocated
+    with pytest.raises(ValueError, match=r"BLR over 1,000,000 cells, rows = 1 would hold about [\d,.]+ GiB, over"):
+        blr_synthesize(np.zeros(10**6, int), [1000, 1000], rows=1, epsilon=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -80,6 +81,20 @@ def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
 def test_fit_refuses_a_measurement_outside_the_model():
     with pytest.raises(ValueError, match="lies in no clique"):
         GraphicalModel(DOMAIN, SETS).fit([Measurement(("a", "f"), np.ones((2, 3)), 1.0)])
+
+
+def test_fit_holds_a_few_clique_sized_arrays_however_many_measurements_lie_in_the_clique():
+    domain = {"x": 40, "y": 40, "z": 40}  # one clique of 64,000 cells (500 KiB as float64)
+    model = GraphicalModel(domain, [("x", "y", "z")], total=1000.0)
+    measurements = [Measurement((c,), np.full(40, 25.0), 1.0) for c in domain for _ in range(50)]
+    clique_bytes = 8 * 40**3
+    tracemalloc.start()
+    try:
+        model.fit(measurements, iterations=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * clique_bytes  # not one clique-sized array per measurement (150 here)
 
 
 def test_extended_model_starts_as_the_same_distribution():

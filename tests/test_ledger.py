@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +51,28 @@ def test_budget_is_set_once_and_every_release_is_recorded(tmp_path):
     assert len(ledger.dataset("d")["releases"]) == 2  # the refused run recorded nothing
     with pytest.raises(LedgerError, match="has no budget"):
         ledger.reserve("other", Release.pure(0.1, "x"), pipeline="select", parameters={}, output=None)
+
+
+def test_a_reservation_survives_a_power_cut_the_file_then_its_folder_flushed_after_the_rename(tmp_path, monkeypatch):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=2.0)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino, stat.S_ISDIR(os.fstat(fd).st_mode)))
+        real_fsync(fd)
+
+    def replace(source, target):
+        events.append(("rename",))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    ledger.reserve("d", Release.pure(0.5, "a"), pipeline="select", parameters={}, output=None)
+    ledger_file, folder = (tmp_path / "ledger.json").stat().st_ino, tmp_path.stat().st_ino
+    # the data, then the rename, then the folder that holds the rename
+    assert events == [("fsync", ledger_file, False), ("rename",), ("fsync", folder, True)]
 
 
 def test_zcdp_releases_need_a_delta_and_compose_in_rho(tmp_path):

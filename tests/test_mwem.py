@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from shared_tables import load, marginals
@@ -9,7 +11,7 @@ from shared_tables import load, marginals
 from beam_expmech.accounting import PrivacyBudget
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth.baselines import independent_marginals
-from beam_expmech.synth.mwem import mwem
+from beam_expmech.synth.mwem import check_parameters, mwem
 
 
 def workload_error(true, model) -> float:
@@ -34,10 +36,26 @@ def test_without_noise_the_measured_marginals_are_fitted():
         assert np.abs(true[m] / true[m].sum() - result.model.marginal(m)).sum() < 1e-6
 
 
-def test_components_never_exceed_the_memory_cap():
+def test_components_never_exceed_the_memory_cap_and_the_run_holds_less_than_it_states():
     batch, domain = load("titanic", 6)
-    result = mwem(marginals(batch, domain, 2), domain, epsilon=1.0, rounds=8, max_cells=1000, rng=83)
+    workload = marginals(batch, domain, 2)
+    stated = check_parameters(domain, list(workload), rounds=8, max_cells=1000)
+    tracemalloc.start()
+    try:
+        result = mwem(workload, domain, epsilon=1.0, rounds=8, max_cells=1000, rng=83)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert all(table.size <= 1000 for _, table in result.model.components)
+    assert peak <= stated
+
+
+def test_a_marginal_over_the_cap_is_refused_before_any_count_is_read():
+    domain = {"a": 101, "b": 100, "c": 100}
+    with pytest.raises(ValueError, match="MWEM: a workload marginal has 1,010,000 cells, over the limit of 1,000,000"):
+        check_parameters(domain, [("a", "b", "c")])
+    with pytest.raises(ValueError, match="rounds"):
+        check_parameters(domain, [("a", "b")], rounds=0)
 
 
 def test_beats_independent_marginals_on_nltcs():

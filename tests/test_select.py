@@ -83,6 +83,19 @@ def test_bad_rows_go_to_the_dead_letter_and_the_release_still_happens(tmp_path):
     assert sorted(dead[1:]) == sorted(['"x","2","item: not an integer"', ',"3","item: null"', '"3",,"user_id: null"'])
 
 
+def test_the_dead_letter_goes_where_it_is_sent_and_never_beside_the_release(tmp_path):
+    (tmp_path / "data.csv").write_text("item\n3\nx\n")
+    published, operator = tmp_path / "published", tmp_path / "operator"
+    run_select("--input", str(tmp_path / "data.csv"), "--column", "item", "--candidate-range", "0:10",
+               "--epsilon", "1", "--output", str(published / "r.json"),
+               "--dead-letter", str(operator / "select.csv"))  # fmt: skip
+    assert [p.name for p in published.iterdir()] == ["r.json"]
+    assert (operator / "select.csv").read_text().splitlines() == ['"item","reason"', '"x","item: not an integer"']
+    flags = {"--input": str(tmp_path / "data.csv"), "--column": "item", "--candidate-range": "0:10", "--epsilon": "1",
+             "--output": str(tmp_path / "r.json"), "--dead-letter": str(tmp_path / "r.json")}  # fmt: skip
+    assert_usage_error("pipelines.select", flags, "--dead-letter must not be --output")
+
+
 @pytest.mark.parametrize("content", ["user_id,item,amount\n", "user_id,item,amount\n1,bad,1\n"])
 def test_empty_or_all_bad_input_still_runs_the_mechanism(tmp_path, content):
     (tmp_path / "data.csv").write_text(content)

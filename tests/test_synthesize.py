@@ -12,6 +12,7 @@ import pytest
 from conftest import assert_usage_error
 
 from beam_expmech.accounting import zcdp_to_epsilon
+from beam_expmech.ledger import Ledger
 from pipelines import evaluate_synthetic, synthesize
 
 NLTCS = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltcs"
@@ -102,6 +103,28 @@ def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
             "--output": str(tmp_path / "s.csv"), **change}  # fmt: skip
     assert_usage_error("pipelines.synthesize", args, message)
     assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "domain,flags,message",
+    [
+        ({"a": 101, "b": 100, "c": 100}, {"--method": "mwem"}, "MWEM: a workload marginal has 1,010,000 cells"),
+        ({"a": 2_000_001}, {}, "AIM: the 1-way marginals alone have 2,000,001 cells"),
+        ({"a": 4}, {"--method": "blr", "--rows": "2"}, "BLR's query degree = 2 exceeds the number of columns (1)"),
+        # BLR's candidates, one per cell: a 10^6 x 10^6 array
+        ({"a": 1000, "b": 1000}, {"--method": "blr", "--rows": "1"}, "GiB, over the limit of 4 GiB"),
+    ],
+)
+def test_a_run_its_generator_would_refuse_stops_before_the_charge(tmp_path, domain, flags, message):
+    (tmp_path / "d.csv").write_text(",".join(domain) + "\n" + ",".join("0" for _ in domain) + "\n")
+    (tmp_path / "domain.json").write_text(json.dumps(domain))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(tmp_path / "d.csv"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv"), "--budget-ledger": ledger.path, "--dataset-id": "d",
+            **flags}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, message)
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
 
 
 def test_a_labelled_domain_reads_and_writes_labels(tmp_path):

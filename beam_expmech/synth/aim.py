@@ -16,7 +16,8 @@ sensitivity of any marginal: K):
    doubles (the budget per round quadruples); the last round spends whatever is left.
 
 Only marginals that keep the model under ``max_cells * (rho spent / rho)`` cells are
-candidates, a rule that depends on public parameters and earlier outputs only.
+candidates, a rule that depends on public parameters and earlier outputs only; what the run
+can hold at most is known from public parameters (``check_parameters``).
 
 Privacy: rho-zCDP in all (each measurement K^2 / (2 sigma^2), each selection epsilon^2 / 8;
 the rounds' sum never exceeds rho). Scores are exact integers (units of 2^-20 counts), so the
@@ -28,7 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -37,12 +38,49 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import discrete_gaussian
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, random_source
-from beam_expmech.synth import SynthesisResult, check_workload
+from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, model_cells
 
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
 _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
+_MODEL_COPIES = 16  # model-sized arrays a fit holds (potentials, marginals, their trials, counts, gradients, ...)
+MAX_CELLS = 2_000_000  # of the model
 _LOG = logging.getLogger(__name__)
+
+
+def check_parameters(
+    domain: dict[str, int],
+    workload: Sequence[Sequence[str]],
+    *,
+    rounds: int | None = None,
+    max_rows: int = 1,
+    max_cells: int = MAX_CELLS,
+) -> int:
+    """Every check AIM makes from public parameters, in one place; the bytes the run will hold.
+
+    The pipeline calls it before it spends any budget, ``aim`` before it starts. A ValueError
+    when an argument is bad, the 1-way marginals alone exceed ``max_cells``, or the run would
+    hold more than ``MAX_MEMORY``: the workload's counts, the true counts of its downward
+    closure, a fit's copies of a model of at most ``max_cells`` cells, and one measurement
+    per column and per round (at most ``rounds`` + 1 rounds: each spends at least rho / rounds
+    of the rest), each at most the largest candidate.
+    """
+    cells = workload_cells(domain, workload)
+    rounds = parameters.count(rounds or 16 * len(domain), "rounds")
+    parameters.count(max_rows, "max_rows")
+    one_ways = model_cells(domain, [(c,) for c in domain])
+    if one_ways > max_cells:
+        raise ValueError(
+            f"AIM: the 1-way marginals alone have {one_ways:,} cells, over the limit of {max_cells:,}: "
+            "use fewer columns or smaller domains"
+        )
+    order = {c: i for i, c in enumerate(domain)}
+    closure = [math.prod(domain[c] for c in r) for r in _closure_weights([tuple(s) for s in workload], order)]
+    model = min(max_cells, math.prod(domain.values()))
+    largest = min(max_cells, max(closure))
+    measurements = (len(domain) + rounds + 1) * largest
+    arrays = 8 * (sum(cells) + sum(closure) + _MODEL_COPIES * model + measurements) + EXACT_CELL_BYTES * largest
+    return check_memory(arrays, "AIM", "use fewer rounds or columns, or smaller domains")
 
 
 def aim(
@@ -51,7 +89,7 @@ def aim(
     *,
     rho: float,
     max_rows: int = 1,
-    max_cells: int = 2_000_000,
+    max_cells: int = MAX_CELLS,
     rounds: int | None = None,
     iterations: int = 250,
     final_iterations: int = 2000,
@@ -66,11 +104,9 @@ def aim(
     Privacy: rho-zCDP with at most ``max_rows`` rows per unit.
     """
     rho = parameters.positive_finite(rho, "rho")
-    max_rows = parameters.count(max_rows, "max_rows")
-    rounds = parameters.count(rounds or 16 * len(domain), "rounds")
+    check_parameters(domain, list(marginals), rounds=rounds, max_rows=max_rows, max_cells=max_cells)
     check_workload(marginals, domain)
-    if model_cells(domain, [(c,) for c in domain]) > max_cells:
-        raise ValueError(f"the 1-way marginals alone have more than {max_cells:,} cells")
+    rounds = rounds or 16 * len(domain)
     source = random_source(rng)
     order = {c: i for i, c in enumerate(domain)}
     weights = _closure_weights(list(marginals), order)

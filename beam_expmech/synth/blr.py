@@ -14,7 +14,8 @@ in [0, K] and n by K, so each term moves by m a - K (Q^T y)_h, within [-K m, K m
 (not monotone). Privacy: epsilon-DP (and epsilon**2/8-zCDP).
 
 Exact sampling over all C(m + cells - 1, m) candidates is feasible only on tiny domains: the
-generator refuses, naming the count, beyond ``max_candidates``.
+generator refuses, naming the count, beyond ``max_candidates``, and beyond ``MAX_MEMORY`` for
+the (candidates x cells) and (candidates x queries) arrays it holds (``check_parameters``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from beam_expmech import parameters
 from beam_expmech.mechanisms.exponential import exponential_mechanism, selection_probabilities
 from beam_expmech.mechanisms.randomness import RandomLike, random_source
+from beam_expmech.synth import check_memory
 
 DEFAULT_MAX_CANDIDATES = 1_000_000
 
@@ -59,6 +61,45 @@ def check_size(cells: int, rows: int, *, max_candidates: int = DEFAULT_MAX_CANDI
     return count
 
 
+def query_count(domain: Sequence[int], degree: int) -> int:
+    """The number of conjunctions of 1 .. ``degree`` literals: the columns of ``conjunction_queries``."""
+    exactly = [1] + [0] * degree  # exactly[k]: conjunctions of k literals over the columns seen so far
+    for size in domain:
+        for k in range(degree, 0, -1):
+            exactly[k] += exactly[k - 1] * size
+    return sum(exactly[1:])
+
+
+def check_parameters(
+    domain: Sequence[int],
+    *,
+    rows: int,
+    degree: int = 2,
+    max_rows: int = 1,
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+) -> int:
+    """Every check BLR makes from public parameters, in one place; the bytes the run will hold.
+
+    The pipeline calls it before it spends any budget, the generator before it starts. A
+    ValueError when an argument is bad, the candidates exceed ``max_candidates``, or the
+    arrays (candidates x cells, cells x queries, and three of candidates x queries while
+    scoring) exceed ``MAX_MEMORY``.
+    """
+    domain = [parameters.count(size, "domain size") for size in domain]
+    rows = parameters.count(rows, "rows")
+    degree = parameters.count(degree, "BLR's query degree", at_most=len(domain), of="columns")
+    parameters.count(max_rows, "max_rows")
+    cells = math.prod(domain)
+    count = check_size(cells, rows, max_candidates=max_candidates)
+    queries = query_count(domain, degree)
+    # candidates, the cells' codes, 3 (candidates x queries) while scoring, the queries (as bools, then int64),
+    # and the mechanism's few arrays of one entry per candidate
+    arrays = 8 * (count * cells + cells * len(domain) + 3 * count * queries + 8 * count) + 9 * cells * queries
+    return check_memory(
+        arrays, f"BLR over {cells:,} cells, rows = {rows}", "use fewer rows or columns, or another method"
+    )
+
+
 def all_histograms(cells: int, rows: int, *, max_candidates: int) -> np.ndarray:
     """Every histogram of ``rows`` rows over ``cells`` cells: shape (count, cells), int64."""
     count = check_size(cells, rows, max_candidates=max_candidates)
@@ -78,13 +119,10 @@ def blr_scores(data: np.ndarray, candidates: np.ndarray, queries: np.ndarray) ->
 
 
 def _prepared(data, domain, rows, degree, max_rows, max_candidates):
-    domain = [parameters.count(size, "domain size") for size in domain]
+    check_parameters(domain, rows=rows, degree=degree, max_rows=max_rows, max_candidates=max_candidates)
     data = np.asarray(data, dtype=np.int64)
     if data.shape != (math.prod(domain),) or (data < 0).any():
         raise ValueError(f"data must be a histogram of {math.prod(domain)} counts >= 0")
-    rows = parameters.count(rows, "rows")
-    degree = parameters.count(degree, "degree", at_most=len(domain), of="columns")
-    max_rows = parameters.count(max_rows, "max_rows")
     candidates = all_histograms(data.size, rows, max_candidates=max_candidates)
     scores, per_row = blr_scores(data, candidates, conjunction_queries(domain, degree))
     return candidates, scores, max_rows * per_row

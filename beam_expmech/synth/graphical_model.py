@@ -218,37 +218,35 @@ class GraphicalModel:
 
     # -- estimation -------------------------------------------------------------------
     def fit(self, measurements: Sequence[Measurement], *, iterations: int = 500) -> None:
-        """Mirror descent on the squared error to ``measurements``, from the current potentials."""
-        # Per measured clique, every measurement's cells stacked into one vector, and for each
-        # (measurement, clique cell) the position of the cell it adds into: one bincount
-        # answers all of a clique's measurements, one gather gives the gradient.
-        groups: dict[int, list[Measurement]] = {}
+        """Mirror descent on the squared error to ``measurements``, from the current potentials.
+
+        Memory: a few arrays of each measured clique's size, and the measurements themselves;
+        never one clique-sized array per measurement.
+        """
+        # Per measured clique, for each of its measurements: the clique's axes to sum out (both
+        # in domain order, so the sum is aligned with the measurement), and its shape inside the clique.
+        plan: dict[int, list[tuple[tuple[int, ...], np.ndarray, float, list[int]]]] = {}
         for m in measurements:
             holder = self.clique_holding(m.columns)
             if holder is None:
                 raise ValueError(f"measurement {m.columns} lies in no clique of the model")
-            groups.setdefault(holder, []).append(m)
-        plan = {}
-        for h, group in groups.items():
-            clique, offset, index = self.cliques[h], 0, []
-            for m in group:
-                cells = np.arange(m.values.size).reshape(m.values.shape) + offset
-                index.append(np.broadcast_to(self._aligned(cells, m.columns, clique), self._shape(clique)).ravel())
-                offset += m.values.size
-            target = np.concatenate([m.values.ravel() for m in group])
-            weight = np.concatenate([np.full(m.values.size, 1.0 / m.sigma**2) for m in group])
-            plan[h] = (np.concatenate(index), target, weight, len(group))
+            clique = self.cliques[holder]
+            summed = tuple(i for i, c in enumerate(clique) if c not in m.columns)
+            inside = [self.domain[c] if c in m.columns else 1 for c in clique]
+            plan.setdefault(holder, []).append((summed, m.values, 1.0 / m.sigma**2, inside))
         holders = sorted(plan)
 
         def loss_and_gradient(log_marginals: list[np.ndarray]) -> tuple[float, dict, dict]:
             """The loss, its gradient in each measured clique's counts, and those counts."""
             counts = {h: self.total * np.exp(log_marginals[h]) for h in holders}
             loss, gradient = 0.0, {}
-            for h, (index, target, weight, repeats) in plan.items():
-                flat = counts[h].ravel()
-                residual = np.bincount(index, weights=np.tile(flat, repeats), minlength=target.size) - target
-                loss += 0.5 * float((weight * residual**2).sum())
-                gradient[h] = (weight * residual)[index].reshape(repeats, -1).sum(axis=0).reshape(counts[h].shape)
+            for h in holders:
+                gradient[h] = np.zeros(counts[h].shape)
+                for summed, values, weight, inside in plan[h]:
+                    residual = np.add.reduce(counts[h], axis=summed) - values
+                    weighted = weight * residual
+                    loss += 0.5 * float((weighted * residual).sum())
+                    gradient[h] += weighted.reshape(inside)
             return loss, gradient, counts
 
         theta, mu = self.potentials, self.log_marginals

@@ -15,7 +15,8 @@ start, and the noisy size n~); each of T rounds spends epsilon' / (2T) of the re
 The model is a product of independent components, each a full histogram over a few columns
 (MWEM's factored representation): a measured marginal merges the components it touches. A
 marginal whose merge would exceed ``max_cells`` is not a candidate in that round (the choice
-depends only on earlier private outputs), so memory never runs out, whatever the data.
+depends only on earlier private outputs), so memory never runs out, whatever the data; what
+the run can hold at most is known from public parameters (``check_parameters``).
 
 Scores are exact integers: the model's probabilities are rounded to multiples of 2^-30 (a
 public function of public state) before the data enters the score.
@@ -34,10 +35,12 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
-from beam_expmech.synth import SynthesisResult, check_workload
+from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
 
 _FIXED = 30  # model probabilities as integers in units of 2^-30 inside the scores
 _UPDATE_PASSES = 5
+MAX_CELLS = 1_000_000  # of any component of the model, and of any workload marginal
+DEFAULT_ROUNDS = 20
 
 
 @dataclass
@@ -95,14 +98,48 @@ class FactoredModel:
         return {c: out[c] for c in self.domain}
 
 
+def check_parameters(
+    domain: dict[str, int],
+    workload: Sequence[Sequence[str]],
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    max_rows: int = 1,
+    max_cells: int = MAX_CELLS,
+    one_way_share: float = 0.5,
+) -> int:
+    """Every check MWEM makes from public parameters, in one place; the bytes the run will hold.
+
+    The pipeline calls it before it spends any budget, ``mwem`` before it starts. A ValueError
+    when an argument is bad, a workload marginal has more than ``max_cells`` cells, or the run
+    would hold more than ``MAX_MEMORY``: the workload's counts, the model (at most one merged
+    component of at most ``max_cells`` cells per round, beside the 1-way ones), a measured
+    marginal per round, and one marginal scored or measured in Python integers.
+    """
+    cells = workload_cells(domain, workload)
+    rounds = parameters.count(rounds, "rounds")
+    parameters.count(max_rows, "max_rows")
+    if not 0 < one_way_share < 1:
+        raise ValueError(f"one_way_share must be strictly between 0 and 1, got {one_way_share!r}")
+    largest = max(cells)
+    if largest > max_cells:
+        raise ValueError(
+            f"MWEM: a workload marginal has {largest:,} cells, over the limit of {max_cells:,}: "
+            "use fewer columns per marginal or smaller domains"
+        )
+    component = min(max_cells, math.prod(domain.values()))
+    model = sum(domain.values()) + min(rounds, len(domain) // 2) * component
+    arrays = 8 * (sum(cells) + model + 4 * component + rounds * largest) + EXACT_CELL_BYTES * largest
+    return check_memory(arrays, "MWEM", "use fewer rounds, fewer columns per marginal or smaller domains")
+
+
 def mwem(
     marginals: dict[tuple[str, ...], np.ndarray],
     domain: dict[str, int],
     *,
     epsilon: float,
-    rounds: int = 20,
+    rounds: int = DEFAULT_ROUNDS,
     max_rows: int = 1,
-    max_cells: int = 1_000_000,
+    max_cells: int = MAX_CELLS,
     one_way_share: float = 0.5,
     min_signal: float = 8.0,
     rng: RandomLike = None,
@@ -120,15 +157,12 @@ def mwem(
     Privacy: epsilon-DP (pure), with at most ``max_rows`` rows per unit.
     """
     epsilon = parameters.positive_finite(epsilon, "epsilon")
-    rounds = parameters.count(rounds, "rounds")
-    max_rows = parameters.count(max_rows, "max_rows")
-    if not 0 < one_way_share < 1:
-        raise ValueError(f"one_way_share must be strictly between 0 and 1, got {one_way_share!r}")
-    check_workload(marginals, domain)
     workload = list(marginals)
+    check_parameters(
+        domain, workload, rounds=rounds, max_rows=max_rows, max_cells=max_cells, one_way_share=one_way_share
+    )
+    check_workload(marginals, domain)
     model = FactoredModel.uniform(domain)
-    if any(math.prod(domain[c] for c in columns) > max_cells for columns in workload):
-        raise ValueError(f"a workload marginal has more than {max_cells:,} cells")
     source = random_source(rng)
     measured, targets, releases = [], {}, []  # targets: {marginal: the distribution to fit}
 

@@ -6,6 +6,8 @@ Airflow Variable, ``beam_expmech`` (JSON), read when a run starts:
     {
       "input": "gs://bucket/purchases/*.parquet",      the data (file, glob or gs://)
       "output": "gs://bucket/releases",                each run writes OUTPUT/<date>/...
+      "dead_letters": "gs://ops-bucket/dead_letters",  rejected rows, DEAD_LETTERS/<date>/...: raw data, for
+                                                       operators only, never under "output"
       "ledger": "gs://bucket/ledger.json",             the budget ledger every run is charged to
       "dataset_id": "purchases",                       the data's id in the ledger
       "select": {"column": "item", "candidate_range": "0:50", "top_k": 3, "epsilon": 0.5},
@@ -23,7 +25,9 @@ release. The pipelines run in the interpreter named by the environment variable
 Privacy: every release reserves its budget in the ledger before it reads data, and a run
 that would overspend stops with exit code 3 and spends nothing. Tasks are never retried: a
 failed release keeps its charge (the data may have been read), so a retry would pay twice;
-rerun by hand after reading the ledger (``beam-expmech ledger show``).
+rerun by hand after reading the ledger (``beam-expmech ledger show``). The dead letters hold
+raw input rows: they go under "dead_letters", which must lie outside "output" (where the
+releases are published) and be readable by operators only.
 """
 
 from __future__ import annotations
@@ -36,16 +40,20 @@ from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOp
 from airflow.sdk import DAG, Variable, get_current_context, task
 
 RELEASES = {"select": "select.json", "synthesize": "synthetic.parquet"}  # pipeline -> output file name
+REQUIRED = ("input", "output", "dead_letters", "ledger", "dataset_id")
 
 
 def pipeline_options(config: dict, date: str) -> dict:
     """The Beam runner, Dataflow settings, and each pipeline's flags for the run of ``date``."""
-    missing = [key for key in ("input", "output", "ledger", "dataset_id") if not config.get(key)]
+    missing = [key for key in REQUIRED if not config.get(key)]
     if missing:
         raise ValueError(f"the beam_expmech variable needs {', '.join(missing)}")
-    unknown = set(config) - {"input", "output", "ledger", "dataset_id", "runner", "dataflow", "beam_options", *RELEASES}
+    unknown = set(config) - {*REQUIRED, "runner", "dataflow", "beam_options", *RELEASES}
     if unknown:
         raise ValueError(f"the beam_expmech variable has unknown keys: {', '.join(sorted(unknown))}")
+    published, dead = (posixpath.normpath(config[key]) for key in ("output", "dead_letters"))
+    if dead == published or dead.startswith(published + "/"):
+        raise ValueError("the beam_expmech variable's dead_letters must lie outside output: they hold raw rows")
     runner = config.get("runner", "DirectRunner")
     if runner not in ("DirectRunner", "DataflowRunner"):
         raise ValueError(f"runner must be DirectRunner or DataflowRunner, got {runner!r}")
@@ -57,6 +65,7 @@ def pipeline_options(config: dict, date: str) -> dict:
             **flags,
             "input": config["input"],
             "output": posixpath.join(config["output"], date, name),
+            "dead_letter": posixpath.join(config["dead_letters"], date, f"{pipeline}.dead_letter.csv"),
             "budget_ledger": config["ledger"],
             "dataset_id": config["dataset_id"],
         }  # fmt: skip
