@@ -181,6 +181,13 @@ MUTANTS = [
         (f"{INPUT}[float_units]",),
     ),
     Mutant(
+        "an unclosed quote in one person's CSV line swallows the lines after it",
+        "beam_expmech/io.py",
+        "if parsed is None or parsed[0].num_rows + len(parsed[1]) != numbers.size:",
+        "if parsed is None:",
+        (f"{INPUT}[csv_unclosed_quotes]",),
+    ),
+    Mutant(
         "AIM claims a monotone score (its score is an error, not a count)",
         "beam_expmech/synth/aim.py",
         "epsilon=epsilon, sensitivity=sensitivity, rng=rng)",

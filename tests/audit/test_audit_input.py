@@ -6,7 +6,8 @@ unit kept: they must be exactly min(K, the unit's rows that pass validation). On
 unit moves a score beyond the sensitivity K from the neighbouring input without it; a rejected row
 that counts moves a score for a unit that should move none. The inputs are those on which a unit's
 identity could split: a unit column typed "long or string" in Avro, its rows in files (batches) of
-only longs and of longs beside text; float units written as -0.0 and 0.0, or as NaNs of other bits.
+only longs and of longs beside text; float units written as -0.0 and 0.0, or as NaNs of other bits;
+and a CSV line whose quote never closes, which must not take the lines of other units with it.
 """
 
 from __future__ import annotations
@@ -72,11 +73,19 @@ def float_inputs(folder) -> tuple[str, dict[int, int]]:
     return str(folder / "floats.parquet"), {3: 4, 4: 4, 1: 1}
 
 
+def csv_inputs(folder) -> tuple[str, dict[int, int]]:
+    """CSV with one person's line whose quote never closes, before the lines of other units."""
+    lines = ["item,user", "1,1", "2,2", '"3,3', "1,1", "2,2", "4,4", "4,4", "4,4", 'x","y']
+    (folder / "quoted.csv").write_text("\n".join([*lines, "5,5"]) + "\n")
+    return str(folder / "quoted.csv"), {1: 2, 2: 2, 4: 3, 5: 1}
+
+
 @pytest.mark.parametrize(
     "name,inputs",
     [
         pytest.param("Avro long|string units", avro_inputs, id="avro_union_units"),
         pytest.param("float units", float_inputs, id="float_units"),
+        pytest.param("CSV with unclosed quotes", csv_inputs, id="csv_unclosed_quotes"),
     ],
 )
 def test_each_unit_counts_min_k_of_its_valid_rows(audit, name, inputs, tmp_path):
