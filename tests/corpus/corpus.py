@@ -70,7 +70,9 @@ CASES = [
     Case("not_parquet_at_all", "not_parquet_at_all.parquet", "usage"),
     Case("missing_column", "missing_column.csv", "usage", only=("select", "synthesize")),
     Case("extra_column", "extra_column.csv", "release"),
-    Case("quoted_newlines", "quoted_newlines.csv", "release"),
+    # A line is at most one record: a value that runs over lines is two malformed lines per row (an
+    # unclosed quote must never take the next lines, other people's rows, with it).
+    Case("quoted_newlines", "quoted_newlines.csv", "release", bad_rows=800, same_as=None),
     Case("byte_order_mark", "byte_order_mark.csv", "release"),
     Case("wrong_types", "wrong_types.csv", "release", bad_rows=2),
     Case("nan_inf", "nan_inf.csv", "release", bad_rows=3, only=("quantiles",)),
@@ -86,7 +88,7 @@ CASES = [
     Case("mixed_encodings", "mixed_encodings.csv", "release", bad_rows=1),
     Case("malformed_rows", "malformed_rows.csv", "release", bad_rows=2),
     # pyarrow cannot set aside a malformed row that is not UTF-8: the file is unreadable.
-    Case("malformed_row_not_utf8", "malformed_row_not_utf8.csv", "usage"),
+    Case("malformed_row_not_utf8", "malformed_row_not_utf8.csv", "release", bad_rows=1),
     Case("unit_typed_differently", "unit_typed_differently-*.parquet", "usage"),
     Case("zero_rows", "zero_rows.csv", "release", same_as=None),
     Case("empty_file", "empty_file.csv", "usage"),
