@@ -49,6 +49,14 @@ def test_schema_problems_name_the_file_and_column(tmp_path):
         io.match_files(str(tmp_path / "*.avro"))
 
 
+def test_a_missing_column_is_named_never_the_header_which_may_be_a_row(tmp_path):
+    headerless = tmp_path / "headerless.csv"
+    headerless.write_text(f"{SECRET},1\nu2,2\n")
+    with pytest.raises(io.InputError) as raised:
+        io.check_columns([str(headerless)], None, ["user", "item"])
+    assert str(raised.value) == f"{headerless}: missing column 'user'"
+
+
 def test_a_malformed_csv_row_is_set_aside_by_its_row_number_never_quoted(tmp_path):
     path = tmp_path / "data.csv"
     path.write_text(f'user,item\n1,2\n"{SECRET}",30,EXTRA\n7\n3,4\n')
