@@ -26,6 +26,11 @@ from apache_beam.io.filesystems import FileSystems
 
 FORMATS = ("parquet", "csv", "avro")
 BATCH_ROWS = 65_536
+# A privacy unit's value (its canonical form, see canonical_identity) may be this long at most; a longer
+# one goes to the dead letter. Public, and far above any real identifier: it caps the memory one unit
+# costs the bounding step (its hash takes tens of times a unit's length), so one huge field cannot crash
+# a job after its charge.
+MAX_IDENTITY_BYTES = 1024
 REASON = "reason"
 _INTEGER = r"^\s*[+-]?[0-9]+\s*$"
 _NUMBER = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
@@ -342,8 +347,15 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     problems = [("null", _mask(column.is_null()))]
+    if pa.types.is_uint64(column.type) and spec.kind in ("int", "any"):
+        # int64 is the one integer form: beyond it a value would wrap onto another (2^64 - 1 onto -1).
+        problems.append(("out of the 64-bit range", _mask(pc.greater(column, pa.scalar(2**63 - 1, column.type)))))
     if spec.kind == "any":  # an identity
-        return canonical_identity(column), problems
+        identity = canonical_identity(column)
+        if pa.types.is_large_binary(identity.type):
+            too_long = _mask(pc.greater(pc.binary_length(identity), MAX_IDENTITY_BYTES))
+            problems.append((f"longer than {MAX_IDENTITY_BYTES} bytes", too_long))
+        return identity, problems
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         column, invalid = _decoded(column)
         problems.append(("not UTF-8 text", invalid))
@@ -368,8 +380,6 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
             integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**63)
             problems.append(("not an integer", ~integral))
             values = np.where(integral, values, 0)
-        elif values.dtype == np.uint64 and spec.kind == "int":
-            problems.append(("out of the 64-bit range", values > np.iinfo(np.int64).max))
         values = pa.array(values.astype(np.int64 if spec.kind == "int" else np.float64, copy=False))
     else:
         problems.append((f"wrong type {column.type}", np.ones(len(column), bool)))
@@ -388,13 +398,14 @@ def canonical_identity(column: pa.Array) -> pa.Array:
     units): integers and booleans as int64, floats as float64 with -0.0 as 0.0 and a single NaN, text
     and bytes as their bytes, anything else (a date, a decimal, a list) as the bytes of its text.
 
-    Within one type family (see ``type_family``) equal values, and only they, have equal forms.
+    Within one type family (see ``type_family``) equal values, and only they, have equal forms; but
+    for uint64 values beyond int64, which wrap here and which validation sends to the dead letter.
     """
     kind = column.type
     if pa.types.is_dictionary(kind):
         return canonical_identity(column.dictionary_decode())
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-        return pc.cast(column, pa.int64(), safe=False)  # uint64 beyond 2^63 wraps: still one form per value
+        return pc.cast(column, pa.int64(), safe=False)  # uint64 beyond 2^63 wraps (see above)
     if pa.types.is_floating(kind):
         values = pc.add(pc.cast(column, pa.float64()), 0.0)  # -0.0 + 0.0 is 0.0
         return pc.if_else(pc.is_nan(values), pa.scalar(float("nan")), values)  # NaNs differ in their bits

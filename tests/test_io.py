@@ -139,6 +139,25 @@ def test_an_identity_takes_its_canonical_form():
     assert good.schema.types == [pa.float64(), pa.int64(), pa.large_binary()]
 
 
+def test_a_uint64_identity_beyond_int64_is_rejected_never_wrapped_onto_another():
+    """As int64, 2^64 - 1 would be -1: two people, one unit."""
+    batch = pa.record_batch({"u": pa.array([2**64 - 1, 2**63, 2**63 - 1], pa.uint64())})
+    for kind in ("any", "int"):
+        good, bad = io.validate(batch, [io.ColumnSpec("u", kind)])
+        assert good.column("u").to_pylist() == [2**63 - 1]
+        assert bad.column(io.REASON).to_pylist() == ["u: out of the 64-bit range"] * 2
+
+
+def test_an_identity_longer_than_the_public_limit_is_rejected():
+    """Else one huge unit would cost the bounding step memory many times its size, after the charge."""
+    limit = io.MAX_IDENTITY_BYTES
+    batch = pa.record_batch({"u": ["a" * limit, "é" * (limit // 2 + 1), "b" * (limit + 1)], "n": [1, 2, 3]})
+    good, bad = io.validate(batch, [io.ColumnSpec("u", "any"), io.ColumnSpec("n", "int")])
+    assert good.column("n").to_pylist() == [1]
+    assert bad.column(io.REASON).to_pylist() == [f"u: longer than {limit} bytes"] * 2
+    assert bad.column("n").to_pylist() == ["2", "3"]  # the row, whole, in the dead letter
+
+
 def test_validation_routes_each_bad_row_with_its_reason():
     batch = pa.record_batch(
         {
