@@ -103,16 +103,21 @@ def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
         return {name: pa.binary() for name in _open_csv(handle, set_aside, block_size=1 << 20).schema.names}
 
 
-def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str]) -> None:
-    """InputError naming the first file that lacks a needed column, cannot be read, or types a needed
-    column otherwise than the files before it: read as 5 in one file and as "5" or 5.0 in another, one
-    privacy unit would be two."""
+def check_columns(
+    files: Sequence[str], fmt: str | None, columns: Sequence[str], identities: Sequence[str] = ()
+) -> None:
+    """InputError naming the first file that lacks a needed column, cannot be read, names a needed
+    column twice, types a needed column otherwise than the files before it (read as 5 in one file and
+    as "5" or 5.0 in another, one privacy unit would be two), or declares one of the ``identities``
+    (privacy units) in an Avro type that is read as its text (see ``_check_fields``)."""
     first: dict[str, tuple[str, str]] = {}  # column -> (the first file that types it, its family)
     for path in files:
-        types = column_types(path, file_format(path, fmt))
+        path_format = file_format(path, fmt)
+        types = column_types(path, path_format)
         missing = [c for c in columns if c not in types]
         if missing:
             raise InputError(f"{path}: missing column {missing[0]!r}")  # not the others: a CSV header may be a row
+        _check_fields(path, path_format, columns, identities)
         for column in columns:
             family = type_family(types[column])
             if family is None:  # only nulls: every row will be rejected, whatever the other files hold
@@ -120,6 +125,31 @@ def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str])
             where, expected = first.setdefault(column, (path, family))
             if family != expected:
                 raise InputError(f"{path}: column {column!r} holds {family}, but {expected} in {where}")
+
+
+def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Sequence[str]) -> None:
+    """What column_types, one type per name, cannot tell of a Parquet or Avro file: a needed column
+    named twice (which one is read would be up to the reader, and the job would fail after its charge),
+    and an identity whose Avro type is not one primitive type (alone or with null). Such values are
+    read as their text (see ``_avro_type``), which is not one form per value: a union's 0.0 and -0.0
+    would be two units, its 5 and "5" one, and a fixed b"abc" in one file and bytes b"abc" in another two."""
+    if fmt == "csv":
+        return  # a CSV header is the CSV reader's to check
+    with _read_errors(path, fmt, _SetAside(path)), FileSystems.open(path) as handle:
+        if fmt == "parquet":
+            names, read_as_text = pq.read_schema(handle).names, set()
+        else:
+            reader = fastavro.reader(handle)
+            names = [field["name"] for field in reader.writer_schema["fields"]]
+            read_as_text = {name for name, kind in _avro_types(reader).items() if kind is None}
+    twice = [c for c in columns if names.count(c) > 1]
+    if twice:
+        raise InputError(f"{path}: column {twice[0]!r} appears more than once")
+    inexact = [c for c in identities if c in read_as_text]
+    if inexact:
+        raise InputError(f"{path}: column {inexact[0]!r} identifies privacy units, so its Avro type must be one "
+                         "primitive type, alone or with null (not a union of several, a fixed, logical or nested "
+                         "type)")  # fmt: skip
 
 
 def type_family(kind: pa.DataType) -> str | None:

@@ -212,8 +212,11 @@ def unit_specs(args: argparse.Namespace) -> list[io.ColumnSpec]:
 
 def check_input(args: argparse.Namespace, specs: Sequence[io.ColumnSpec]) -> list[str]:
     """The input files, after checking that each has every needed column (before any budget)."""
+    names = [s.name for s in specs]
+    if names.count(args.privacy_unit) > 1:  # a column is read once, as the unit or as a value
+        raise ValueError(f"--privacy-unit {args.privacy_unit!r} is also a column the release reads")
     files = io.match_files(args.input)
-    io.check_columns(files, args.format, [s.name for s in specs])
+    io.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
     return files
 
 

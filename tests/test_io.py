@@ -103,12 +103,40 @@ def test_avro_values_read_as_their_declared_type_whatever_rows_are_beside_them(t
     beside = write_avro(tmp_path / "beside.avro", fields, [{"user": 5, "item": 2**62 + 1, "n": 1},
                                                           {"user": "x", "item": 0.5, "n": None}])  # fmt: skip
     assert io.column_types(alone, "avro") == {"user": pa.string(), "item": pa.string(), "n": pa.int64()}
-    specs = [io.ColumnSpec("user", "any"), io.ColumnSpec("item", "int"), io.ColumnSpec("n", "int")]
+    specs = [io.ColumnSpec("user", "string"), io.ColumnSpec("item", "int"), io.ColumnSpec("n", "int")]
     first, second = (
         io.validate(next(io.read_split((p, "avro", None), list(fields))), specs)[0] for p in (alone, beside)
     )
     assert first.schema == second.schema
-    assert first.to_pylist() == second.to_pylist() == [{"user": b"5", "item": 2**62 + 1, "n": 1}]
+    assert first.to_pylist() == second.to_pylist() == [{"user": "5", "item": 2**62 + 1, "n": 1}]
+
+
+def test_an_avro_privacy_unit_must_have_one_primitive_type(tmp_path):
+    """Read as text, 0.0 and -0.0 of a union would be two units, 5 and "5" one, fixed and bytes b"abc" two."""
+    fixed = {"type": "fixed", "name": "Id", "size": 3}
+    timestamp = {"type": "long", "logicalType": "timestamp-millis"}
+    for n, unit in enumerate(
+        [["null", "double", "long"], ["long", "string"], fixed, timestamp, {"type": "array", "items": "long"}]
+    ):
+        path = write_avro(tmp_path / f"{n}.avro", {"user": unit, "item": "long"}, [])
+        io.check_columns([path], None, ["user", "item"])  # as a value, read as its text
+        with pytest.raises(io.InputError) as raised:
+            io.check_columns([path], None, ["user", "item"], identities=["user"])
+        assert str(raised.value).startswith(f"{path}: column 'user' identifies privacy units, so its Avro type must")
+    enum = {"type": "enum", "name": "Who", "symbols": ["a", "b"]}
+    for n, unit in enumerate([["null", "long"], "string", "bytes", enum, {"type": "double"}]):
+        path = write_avro(tmp_path / f"ok{n}.avro", {"user": unit, "item": "long"}, [])
+        io.check_columns([path], None, ["user", "item"], identities=["user"])
+
+
+def test_a_needed_column_named_twice_is_refused(tmp_path):
+    path = tmp_path / "twice.parquet"
+    columns = [pa.array([1]), pa.array([2]), pa.array([SECRET]), pa.array([3]), pa.array([4])]
+    pq.write_table(pa.Table.from_arrays(columns, names=["user", "item", "user", "note", "note"]), path)
+    io.check_columns([str(path)], None, ["item"])  # the twice-named columns are not read
+    with pytest.raises(io.InputError) as raised:
+        io.check_columns([str(path)], None, ["item", "user"])
+    assert str(raised.value) == f"{path}: column 'user' appears more than once"
 
 
 def test_files_that_type_a_needed_column_differently_are_refused(tmp_path):

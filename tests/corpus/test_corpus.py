@@ -44,15 +44,16 @@ def corpus(tmp_path_factory) -> Path:
     return folder
 
 
-def run(pipeline: str, source: str, folder: Path, out: Path, capsys, caplog) -> tuple[int, str, Ledger]:
+def run(pipeline: str, source: str, folder: Path, out: Path, capsys, caplog, *extra: str) -> tuple[int, str, Ledger]:
     """The pipeline on ``source`` as its command line runs it (our loggers at DEBUG), charged to a fresh
-    ledger; whatever it prints or logs must not show the planted secret."""
+    ledger; whatever it prints or logs must not show the planted secret. ``extra`` flags come last (and
+    so override)."""
     module, flags, _kind = PIPELINES[pipeline]
     ledger = Ledger(str(out.parent / "ledger.json"))
     ledger.init("d", epsilon=100.0)
     flags = [f.replace("{domain}", str(folder / "domain.json")) for f in flags]
     argv = ["--input", source, *flags, *UNIT, "--output", str(out),
-            "--budget-ledger", ledger.path, "--dataset-id", "d", "--log-level", "DEBUG"]  # fmt: skip
+            "--budget-ledger", ledger.path, "--dataset-id", "d", "--log-level", "DEBUG", *extra]  # fmt: skip
     capsys.readouterr()
     code = common.run_cli(module.main, argv)  # an uncaught exception here is a traceback: the test fails
     printed = capsys.readouterr()
@@ -119,6 +120,17 @@ def test_one_unit_with_a_million_rows_is_bounded(tmp_path, capsys, caplog):
     code, err, _ledger = run("select", str(tmp_path / "big.csv"), tmp_path, out, capsys, caplog)
     assert code == 0, err
     assert dead_letter_rows(out) == 0 and released(out, "json")["max_rows_per_unit"] == 40
+
+
+@pytest.mark.parametrize("pipeline,column", [("select", "item"), ("quantiles", "x"), ("learn", "f1"),
+                                             ("synthesize", "y")])  # fmt: skip
+def test_a_privacy_unit_that_is_also_a_column_the_release_reads(pipeline, column, corpus, tmp_path, capsys, caplog):
+    out = tmp_path / ("out.json" if PIPELINES[pipeline][2] == "json" else "out.parquet")
+    code, err, ledger = run(pipeline, str(corpus / "clean.csv"), corpus, out, capsys, caplog, "--privacy-unit", column)
+    assert (
+        code == common.USAGE_ERROR and err == f"error: --privacy-unit {column!r} is also a column the release reads\n"
+    )
+    assert ledger.dataset("d")["releases"] == [] and not out.exists()
 
 
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
