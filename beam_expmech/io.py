@@ -28,6 +28,11 @@ from apache_beam.io.filesystems import FileSystems
 
 FORMATS = ("parquet", "csv", "avro")
 BATCH_ROWS = 65_536
+# A privacy unit's value (its canonical form, see canonical_identity) may be this long at most; a longer
+# one goes to the dead letter. Public, and far above any real identifier: it caps the memory one unit
+# costs the bounding step (its hash takes tens of times a unit's length), so one huge field cannot crash
+# a job after its charge.
+MAX_IDENTITY_BYTES = 1024
 REASON = "reason"
 _INTEGER = r"^\s*[+-]?[0-9]+\s*$"
 _NUMBER = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
@@ -99,16 +104,21 @@ def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
         return {name: pa.binary() for name in _csv_header(handle, path)[0]}
 
 
-def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str]) -> None:
-    """InputError naming the first file that lacks a needed column, cannot be read, or types a needed
-    column otherwise than the files before it: read as 5 in one file and as "5" or 5.0 in another, one
-    privacy unit would be two."""
+def check_columns(
+    files: Sequence[str], fmt: str | None, columns: Sequence[str], identities: Sequence[str] = ()
+) -> None:
+    """InputError naming the first file that lacks a needed column, cannot be read, names a needed
+    column twice, types a needed column otherwise than the files before it (read as 5 in one file and
+    as "5" or 5.0 in another, one privacy unit would be two), or declares one of the ``identities``
+    (privacy units) in an Avro type that is read as its text (see ``_check_fields``)."""
     first: dict[str, tuple[str, str]] = {}  # column -> (the first file that types it, its family)
     for path in files:
-        types = column_types(path, file_format(path, fmt))
+        path_format = file_format(path, fmt)
+        types = column_types(path, path_format)
         missing = [c for c in columns if c not in types]
         if missing:
-            raise InputError(f"{path}: missing column {missing[0]!r} (it has {', '.join(sorted(types))})")
+            raise InputError(f"{path}: missing column {missing[0]!r}")  # not the others: a CSV header may be a row
+        _check_fields(path, path_format, columns, identities)
         for column in columns:
             family = type_family(types[column])
             if family is None:  # only nulls: every row will be rejected, whatever the other files hold
@@ -116,6 +126,31 @@ def check_columns(files: Sequence[str], fmt: str | None, columns: Sequence[str])
             where, expected = first.setdefault(column, (path, family))
             if family != expected:
                 raise InputError(f"{path}: column {column!r} holds {family}, but {expected} in {where}")
+
+
+def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Sequence[str]) -> None:
+    """What column_types, one type per name, cannot tell of a file: a needed column
+    named twice (which one is read would be up to the reader, and the job would fail after its charge),
+    and an identity whose Avro type is not one primitive type (alone or with null). Such values are
+    read as their text (see ``_avro_type``), which is not one form per value: a union's 0.0 and -0.0
+    would be two units, its 5 and "5" one, and a fixed b"abc" in one file and bytes b"abc" in another two."""
+    with _read_errors(path, fmt), FileSystems.open(path) as handle:
+        if fmt == "csv":
+            names, read_as_text = _csv_header(handle, path)[0], set()
+        elif fmt == "parquet":
+            names, read_as_text = pq.read_schema(handle).names, set()
+        else:
+            reader = fastavro.reader(handle)
+            names = [field["name"] for field in reader.writer_schema["fields"]]
+            read_as_text = {name for name, kind in _avro_types(reader).items() if kind is None}
+    twice = [c for c in columns if names.count(c) > 1]
+    if twice:
+        raise InputError(f"{path}: column {twice[0]!r} appears more than once")
+    inexact = [c for c in identities if c in read_as_text]
+    if inexact:
+        raise InputError(f"{path}: column {inexact[0]!r} identifies privacy units, so its Avro type must be one "
+                         "primitive type, alone or with null (not a union of several, a fixed, logical or nested "
+                         "type)")  # fmt: skip
 
 
 def type_family(kind: pa.DataType) -> str | None:
@@ -434,8 +469,15 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     problems = [("null", _mask(column.is_null()))]
+    if pa.types.is_uint64(column.type) and spec.kind in ("int", "any"):
+        # int64 is the one integer form: beyond it a value would wrap onto another (2^64 - 1 onto -1).
+        problems.append(("out of the 64-bit range", _mask(pc.greater(column, pa.scalar(2**63 - 1, column.type)))))
     if spec.kind == "any":  # an identity
-        return canonical_identity(column), problems
+        identity = canonical_identity(column)
+        if pa.types.is_large_binary(identity.type):
+            too_long = _mask(pc.greater(pc.binary_length(identity), MAX_IDENTITY_BYTES))
+            problems.append((f"longer than {MAX_IDENTITY_BYTES} bytes", too_long))
+        return identity, problems
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         column, invalid = _decoded(column)
         problems.append(("not UTF-8 text", invalid))
@@ -460,8 +502,6 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
             integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**63)
             problems.append(("not an integer", ~integral))
             values = np.where(integral, values, 0)
-        elif values.dtype == np.uint64 and spec.kind == "int":
-            problems.append(("out of the 64-bit range", values > np.iinfo(np.int64).max))
         values = pa.array(values.astype(np.int64 if spec.kind == "int" else np.float64, copy=False))
     else:
         problems.append((f"wrong type {column.type}", np.ones(len(column), bool)))
@@ -480,13 +520,14 @@ def canonical_identity(column: pa.Array) -> pa.Array:
     units): integers and booleans as int64, floats as float64 with -0.0 as 0.0 and a single NaN, text
     and bytes as their bytes, anything else (a date, a decimal, a list) as the bytes of its text.
 
-    Within one type family (see ``type_family``) equal values, and only they, have equal forms.
+    Within one type family (see ``type_family``) equal values, and only they, have equal forms; but
+    for uint64 values beyond int64, which wrap here and which validation sends to the dead letter.
     """
     kind = column.type
     if pa.types.is_dictionary(kind):
         return canonical_identity(column.dictionary_decode())
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-        return pc.cast(column, pa.int64(), safe=False)  # uint64 beyond 2^63 wraps: still one form per value
+        return pc.cast(column, pa.int64(), safe=False)  # uint64 beyond 2^63 wraps (see above)
     if pa.types.is_floating(kind):
         values = pc.add(pc.cast(column, pa.float64()), 0.0)  # -0.0 + 0.0 is 0.0
         return pc.if_else(pc.is_nan(values), pa.scalar(float("nan")), values)  # NaNs differ in their bits

@@ -212,8 +212,11 @@ def unit_specs(args: argparse.Namespace) -> list[io.ColumnSpec]:
 
 def check_input(args: argparse.Namespace, specs: Sequence[io.ColumnSpec]) -> list[str]:
     """The input files, after checking that each has every needed column (before any budget)."""
+    names = [s.name for s in specs]
+    if names.count(args.privacy_unit) > 1:  # a column is read once, as the unit or as a value
+        raise ValueError(f"--privacy-unit {args.privacy_unit!r} is also a column the release reads")
     files = io.match_files(args.input)
-    io.check_columns(files, args.format, [s.name for s in specs])
+    io.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
     return files
 
 
@@ -300,9 +303,9 @@ def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str)
 def configure_logging(argv: Sequence[str]) -> None:
     """Beam's convention: the program sets up logging, the library only logs to its module loggers.
 
-    Ours (``beam_expmech.*``, ``pipelines.*``) log at --log-level on stderr; Beam and the rest stay
-    at WARNING unless --log-level is DEBUG. Where logging is set up already (a Dataflow worker,
-    Airflow, pytest) its handlers are kept.
+    Ours (``beam_expmech.*``, ``pipelines.*``) log at --log-level on stderr; Beam and the rest stay at
+    WARNING whatever --log-level: at DEBUG Beam logs every element it processes, raw rows included.
+    Where logging is set up already (a Dataflow worker, Airflow, pytest) its handlers are kept.
     """
     flag = argparse.ArgumentParser(add_help=False)
     flag.add_argument("--log-level", "--log_level", default="INFO")
@@ -312,17 +315,17 @@ def configure_logging(argv: Sequence[str]) -> None:
     if not root.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        if level != "DEBUG":
-            handler.addFilter(_first_line_of_beam_errors)
+        handler.addFilter(_first_line_of_beam_errors)
         root.addHandler(handler)
-        root.setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+        root.setLevel(logging.WARNING)
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)  # even where a host set the root lower
     for name in ("beam_expmech", "pipelines"):
         logging.getLogger(name).setLevel(level)
 
 
 def _first_line_of_beam_errors(record: logging.LogRecord) -> bool:
-    """Beam logs a failed step with its traceback; the user sees one line (all with DEBUG), and of the
-    error only what io.describe_error tells: its text may quote data."""
+    """Beam logs a failed step with its traceback; the user sees one line, and of the error only what
+    io.describe_error tells: its text may quote data (so at DEBUG too)."""
     if record.name.startswith("apache_beam") and record.exc_info and record.exc_info[1] is not None:
         record.msg, record.args = f"a step failed: {io.describe_error(record.exc_info[1])}", ()
         record.exc_info = record.exc_text = None

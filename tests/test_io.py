@@ -49,6 +49,14 @@ def test_schema_problems_name_the_file_and_column(tmp_path):
         io.match_files(str(tmp_path / "*.avro"))
 
 
+def test_a_missing_column_is_named_never_the_header_which_may_be_a_row(tmp_path):
+    headerless = tmp_path / "headerless.csv"
+    headerless.write_text(f"{SECRET},1\nu2,2\n")
+    with pytest.raises(io.InputError) as raised:
+        io.check_columns([str(headerless)], None, ["user", "item"])
+    assert str(raised.value) == f"{headerless}: missing column 'user'"
+
+
 def test_a_malformed_csv_row_is_set_aside_by_its_row_number_never_quoted(tmp_path):
     path = tmp_path / "data.csv"
     path.write_text(f'user,item\n1,2\n"{SECRET}",30,EXTRA\n7\n3,4\n')
@@ -129,12 +137,40 @@ def test_avro_values_read_as_their_declared_type_whatever_rows_are_beside_them(t
     beside = write_avro(tmp_path / "beside.avro", fields, [{"user": 5, "item": 2**62 + 1, "n": 1},
                                                           {"user": "x", "item": 0.5, "n": None}])  # fmt: skip
     assert io.column_types(alone, "avro") == {"user": pa.string(), "item": pa.string(), "n": pa.int64()}
-    specs = [io.ColumnSpec("user", "any"), io.ColumnSpec("item", "int"), io.ColumnSpec("n", "int")]
+    specs = [io.ColumnSpec("user", "string"), io.ColumnSpec("item", "int"), io.ColumnSpec("n", "int")]
     first, second = (
         io.validate(next(io.read_split((p, "avro", None), list(fields))), specs)[0] for p in (alone, beside)
     )
     assert first.schema == second.schema
-    assert first.to_pylist() == second.to_pylist() == [{"user": b"5", "item": 2**62 + 1, "n": 1}]
+    assert first.to_pylist() == second.to_pylist() == [{"user": "5", "item": 2**62 + 1, "n": 1}]
+
+
+def test_an_avro_privacy_unit_must_have_one_primitive_type(tmp_path):
+    """Read as text, 0.0 and -0.0 of a union would be two units, 5 and "5" one, fixed and bytes b"abc" two."""
+    fixed = {"type": "fixed", "name": "Id", "size": 3}
+    timestamp = {"type": "long", "logicalType": "timestamp-millis"}
+    for n, unit in enumerate(
+        [["null", "double", "long"], ["long", "string"], fixed, timestamp, {"type": "array", "items": "long"}]
+    ):
+        path = write_avro(tmp_path / f"{n}.avro", {"user": unit, "item": "long"}, [])
+        io.check_columns([path], None, ["user", "item"])  # as a value, read as its text
+        with pytest.raises(io.InputError) as raised:
+            io.check_columns([path], None, ["user", "item"], identities=["user"])
+        assert str(raised.value).startswith(f"{path}: column 'user' identifies privacy units, so its Avro type must")
+    enum = {"type": "enum", "name": "Who", "symbols": ["a", "b"]}
+    for n, unit in enumerate([["null", "long"], "string", "bytes", enum, {"type": "double"}]):
+        path = write_avro(tmp_path / f"ok{n}.avro", {"user": unit, "item": "long"}, [])
+        io.check_columns([path], None, ["user", "item"], identities=["user"])
+
+
+def test_a_needed_column_named_twice_is_refused(tmp_path):
+    path = tmp_path / "twice.parquet"
+    columns = [pa.array([1]), pa.array([2]), pa.array([SECRET]), pa.array([3]), pa.array([4])]
+    pq.write_table(pa.Table.from_arrays(columns, names=["user", "item", "user", "note", "note"]), path)
+    io.check_columns([str(path)], None, ["item"])  # the twice-named columns are not read
+    with pytest.raises(io.InputError) as raised:
+        io.check_columns([str(path)], None, ["item", "user"])
+    assert str(raised.value) == f"{path}: column 'user' appears more than once"
 
 
 def test_files_that_type_a_needed_column_differently_are_refused(tmp_path):
@@ -163,6 +199,25 @@ def test_an_identity_takes_its_canonical_form():
     assert bad.column(io.REASON).to_pylist() == ["i: null"]
     assert np.signbit(good.column("f").to_numpy()).tolist() == [False, False]
     assert good.schema.types == [pa.float64(), pa.int64(), pa.large_binary()]
+
+
+def test_a_uint64_identity_beyond_int64_is_rejected_never_wrapped_onto_another():
+    """As int64, 2^64 - 1 would be -1: two people, one unit."""
+    batch = pa.record_batch({"u": pa.array([2**64 - 1, 2**63, 2**63 - 1], pa.uint64())})
+    for kind in ("any", "int"):
+        good, bad = io.validate(batch, [io.ColumnSpec("u", kind)])
+        assert good.column("u").to_pylist() == [2**63 - 1]
+        assert bad.column(io.REASON).to_pylist() == ["u: out of the 64-bit range"] * 2
+
+
+def test_an_identity_longer_than_the_public_limit_is_rejected():
+    """Else one huge unit would cost the bounding step memory many times its size, after the charge."""
+    limit = io.MAX_IDENTITY_BYTES
+    batch = pa.record_batch({"u": ["a" * limit, "é" * (limit // 2 + 1), "b" * (limit + 1)], "n": [1, 2, 3]})
+    good, bad = io.validate(batch, [io.ColumnSpec("u", "any"), io.ColumnSpec("n", "int")])
+    assert good.column("n").to_pylist() == [1]
+    assert bad.column(io.REASON).to_pylist() == [f"u: longer than {limit} bytes"] * 2
+    assert bad.column("n").to_pylist() == ["2", "3"]  # the row, whole, in the dead letter
 
 
 def test_validation_routes_each_bad_row_with_its_reason():
@@ -222,3 +277,10 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         io.write_json(str(path), {"selected": ["b"]})
     assert io.read_json(str(path)) == {"selected": ["a"]}  # the old release, whole
+
+
+def test_a_csv_header_that_names_a_needed_column_twice_is_refused(tmp_path):
+    path = tmp_path / "twice.csv"
+    path.write_text("user,item,user\n1,2,3\n")
+    with pytest.raises(io.InputError, match=r"twice\.csv: column 'user' appears more than once"):
+        io.check_columns([str(path)], None, ["user", "item"])

@@ -160,18 +160,18 @@ MUTANTS = [
         (f"{INPUT}[float_units]",),
     ),
     Mutant(
-        "a unit typed by what else is in its batch (issue 12, item 7)",
+        "an Avro unit of several types read as its text (review 2, findings 3 and 4)",
         "beam_expmech/io.py",
-        "        if types[c] is None:",
-        "        if types[c] is None and len({type(v) for v in values if v is not None}) > 1:",
-        (f"{INPUT}[avro_union_units]",),
+        "inexact = [c for c in identities if c in read_as_text]",
+        "inexact = []",
+        ("tests/audit/test_audit_input.py::test_a_unit_column_of_several_avro_types_is_refused_before_any_budget",),
     ),
     Mutant(
         "a dead-letter row that still counts",
         "beam_expmech/io.py",
         "good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)",
         "good = pa.RecordBatch.from_arrays(clean, names=names)",
-        (f"{INPUT}[avro_union_units]",),
+        (f"{INPUT}[avro_units]",),
     ),
     Mutant(
         "-0.0 and 0.0 as two units (issue 12, item 5)",

@@ -5,9 +5,10 @@ Every privacy unit has a candidate of its own (item u for unit u), so the counts
 unit kept: they must be exactly min(K, the unit's rows that pass validation). One more, and the
 unit moves a score beyond the sensitivity K from the neighbouring input without it; a rejected row
 that counts moves a score for a unit that should move none. The inputs are those on which a unit's
-identity could split: a unit column typed "long or string" in Avro, its rows in files (batches) of
-only longs and of longs beside text; float units written as -0.0 and 0.0, or as NaNs of other bits;
-and a CSV line whose quote never closes, which must not take the lines of other units with it.
+identity could split: Avro units in two files, beside an item column typed "long or string" that
+holds only longs in one and text in the other; float units written as -0.0 and 0.0, or as NaNs of
+other bits; a CSV line whose quote never closes, which must not take the lines of other units with
+it. A unit column of several Avro types, read as text, is refused before any budget.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ def select_counts(source: str, out) -> np.ndarray:
     return np.load(captured)
 
 
-def write_avro(path, rows: list[dict]) -> None:
-    types = ["null", "long", "string"]  # a union: fastavro hands over ints and strs, as the rows hold them
-    schema = {"type": "record", "name": "Row", "fields": [{"name": "user", "type": types},
-                                                          {"name": "item", "type": types}]}  # fmt: skip
+def write_avro(path, rows: list[dict], unit_type=("null", "long")) -> None:
+    union = ["null", "long", "string"]  # fastavro hands over ints and strs, as the rows hold them
+    schema = {"type": "record", "name": "Row", "fields": [{"name": "user", "type": list(unit_type)},
+                                                          {"name": "item", "type": union}]}  # fmt: skip
     with open(path, "wb") as handle:
         fastavro.writer(handle, schema, rows)
 
@@ -58,9 +59,9 @@ def rows(unit, item, n: int) -> list[dict]:
 
 
 def avro_inputs(folder) -> tuple[str, dict[int, int]]:
-    """Two Avro files of one schema: unit 5 has rows in both, among longs only and beside text."""
+    """Two Avro files of one schema: unit 5 has rows in both, beside items of longs only and of text too."""
     write_avro(folder / "a.avro", rows(1, 1, 3) + rows(2, 2, 1) + rows(5, 5, 3))
-    write_avro(folder / "b.avro", rows(5, 5, 3) + rows("x", 6, 1) + rows(7, REJECTED, 3))
+    write_avro(folder / "b.avro", rows(5, 5, 3) + rows(6, "6", 1) + rows(7, REJECTED, 3))
     return str(folder / "*.avro"), {1: 3, 2: 1, 5: 6, 6: 1}  # item -> the rows of its unit that pass
 
 
@@ -83,7 +84,7 @@ def csv_inputs(folder) -> tuple[str, dict[int, int]]:
 @pytest.mark.parametrize(
     "name,inputs",
     [
-        pytest.param("Avro long|string units", avro_inputs, id="avro_union_units"),
+        pytest.param("Avro units", avro_inputs, id="avro_units"),
         pytest.param("float units", float_inputs, id="float_units"),
         pytest.param("CSV with unclosed quotes", csv_inputs, id="csv_unclosed_quotes"),
     ],
@@ -98,9 +99,20 @@ def test_each_unit_counts_min_k_of_its_valid_rows(audit, name, inputs, tmp_path)
                 cases=ITEMS, worst=np.abs(counts - expected).max(), bound=0)  # fmt: skip
 
 
+def check_input(source: str) -> None:
+    args, _ = select.parse_args(["--input", source, *FLAGS, "--output", "x.json"])
+    common.check_input(args, [select.candidate_family(args)[1], *common.unit_specs(args)])
+
+
 def test_files_that_type_the_unit_column_differently_are_refused_before_any_budget(tmp_path):
     pq.write_table(pa.table({"user": [5, 5], "item": [5, 5]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"user": ["5", "5"], "item": [5, 5]}), tmp_path / "b.parquet")
-    args, _ = select.parse_args(["--input", str(tmp_path / "*.parquet"), *FLAGS, "--output", "x.json"])
     with pytest.raises(io.InputError, match="column 'user' holds text, but integers"):
-        common.check_input(args, [select.candidate_family(args)[1], *common.unit_specs(args)])
+        check_input(str(tmp_path / "*.parquet"))
+
+
+def test_a_unit_column_of_several_avro_types_is_refused_before_any_budget(tmp_path):
+    """Read as text, the union's 5 and "5" would be one unit: two people, whose rows bound each other."""
+    write_avro(tmp_path / "u.avro", rows(5, 5, 1) + rows("5", 5, 1), unit_type=("null", "long", "string"))
+    with pytest.raises(io.InputError, match="column 'user' identifies privacy units, so its Avro type must be one"):
+        check_input(str(tmp_path / "u.avro"))

@@ -16,6 +16,7 @@ import io as stdio
 from dataclasses import dataclass
 from pathlib import Path
 
+import fastavro
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,6 +91,10 @@ CASES = [
     # pyarrow cannot set aside a malformed row that is not UTF-8: the file is unreadable.
     Case("malformed_row_not_utf8", "malformed_row_not_utf8.csv", "release", bad_rows=1),
     Case("unit_typed_differently", "unit_typed_differently-*.parquet", "usage"),
+    # Avro values of a union read as their text: 0.0 and -0.0, or 5 and "5", would be one unit or two.
+    Case("unit_avro_union", "unit_avro_union.avro", "usage"),
+    # Two columns named "user": which one a reader takes is up to it.
+    Case("unit_column_twice", "unit_column_twice.parquet", "usage"),
     Case("zero_rows", "zero_rows.csv", "release", same_as=None),
     Case("empty_file", "empty_file.csv", "usage"),
     Case("glob_matches_nothing", "nothing-*.parquet", "usage"),
@@ -131,7 +136,8 @@ def write_corpus(folder: Path, rows: dict[str, list]) -> None:
         "zero_rows": ",".join(COLUMNS) + "\n",
         "empty_file": b"",
     }
-    assert set(contents) == {c.name for c in CASES if "*" not in c.file}
+    written_below = {"unit_avro_union", "unit_column_twice"}
+    assert set(contents) == {c.name for c in CASES if "*" not in c.file} - written_below
     for case in CASES:
         if case.name in contents:
             data = contents[case.name]
@@ -140,6 +146,15 @@ def write_corpus(folder: Path, rows: dict[str, list]) -> None:
     pq.write_table(pa.table({c: rows[c] for c in COLUMNS}), folder / "unit_typed_differently-1.parquet")
     as_text = pa.table({**{c: rows[c] for c in COLUMNS}, "user": [SECRET] * len(rows["user"])})
     pq.write_table(as_text, folder / "unit_typed_differently-2.parquet")
+    records = [dict(zip(COLUMNS, values, strict=True)) for values in zip(*(rows[c] for c in COLUMNS), strict=True)]
+    fields = [{"name": c, "type": "double" if c == "x" else "long"} for c in COLUMNS]
+    fields[0]["type"] = ["null", "long", "string"]  # the unit
+    with open(folder / "unit_avro_union.avro", "wb") as handle:
+        fastavro.writer(
+            handle, {"type": "record", "name": "Row", "fields": fields}, [*records, {**records[0], "user": SECRET}]
+        )
+    columns = [pa.array(rows[c]) for c in COLUMNS] + [pa.array([SECRET] * len(rows["user"]))]
+    pq.write_table(pa.Table.from_arrays(columns, names=[*COLUMNS, "user"]), folder / "unit_column_twice.parquet")
 
 
 def big_unit_rows(rows: dict[str, list], extra: int) -> dict[str, list]:
