@@ -188,6 +188,13 @@ MUTANTS = [
         (f"{INPUT}[csv_unclosed_quotes]",),
     ),
     Mutant(
+        "a uint64 unit beyond int64 wraps onto another person's unit (review 2, finding 4)",
+        "beam_expmech/io.py",
+        'problems.append(("out of the 64-bit range", _mask(pc.greater(column, pa.scalar(2**63 - 1, column.type)))))',
+        "pass",
+        ("tests/test_io.py::test_a_uint64_identity_beyond_int64_is_rejected_never_wrapped_onto_another",),
+    ),
+    Mutant(
         "AIM claims a monotone score (its score is an error, not a count)",
         "beam_expmech/synth/aim.py",
         "epsilon=epsilon, sensitivity=sensitivity, rng=rng)",
