@@ -127,6 +127,11 @@ def final_step(
     )
 
 
+def charged(args: argparse.Namespace, features: list[str]) -> Release:
+    """What the release costs: one exponential mechanism, epsilon-DP and epsilon^2/8-zCDP."""
+    return Release.exponential_mechanism(args.epsilon, f"halfspace over {len(features)} features")
+
+
 def pattern_family(args: argparse.Namespace, features: list[str]) -> tuple[MarginalCounts, list[io.ColumnSpec]]:
     """The bit patterns of (features, label) the data pass counts, and how the columns must look to count."""
     columns = [*features, args.label]
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     files = common.check_input(args, specs)
 
-    cost = Release.exponential_mechanism(args.epsilon, f"halfspace over {len(features)} features")
+    cost = charged(args, features)
     public = {
         "features": features,
         "label": args.label,

@@ -114,19 +114,36 @@ def release_step(args: argparse.Namespace, family: HistogramCounts, public: dict
     )
 
 
+def charged(args: argparse.Namespace) -> Release:
+    """What the release costs: the m quantiles together are epsilon-DP and epsilon^2/8-zCDP (JointExp is one
+    exponential mechanism; independent ones are m of epsilon/m each, which compose to no more)."""
+    return Release.exponential_mechanism(args.epsilon, f"{len(parse_quantiles(args.quantiles))} quantiles of "
+                                         f"{args.column}")  # fmt: skip
+
+
+def rehearse(step: Callable[[np.ndarray], dict], family: HistogramCounts) -> None:
+    """Run the final step once on an empty histogram, before any budget is spent: whatever it refuses of
+    its public parameters (quantiles too fine, a grid whose regrouped edges collapse) fails here, not
+    after the charge. It reads no data; its draw is thrown away."""
+    try:
+        step(np.zeros(family.num_candidates, dtype=np.int64))
+    except (ValueError, ArithmeticError) as error:
+        raise ValueError(f"these quantiles cannot be released on this grid: {io.first_line(error)}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     common.check_unit_flags(args)
     epsilon = parameters.positive_finite(args.epsilon, "epsilon")
     quantiles = parse_quantiles(args.quantiles)
-    if not (math.isfinite(args.lower) and math.isfinite(args.upper) and args.lower < args.upper):
+    if not (math.isfinite(args.upper - args.lower) and args.lower < args.upper):
         raise ValueError(f"--lower must be below --upper, both finite; got {args.lower} and {args.upper}")
     family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
     specs = [io.ColumnSpec(args.column, "float"), *common.unit_specs(args)]
     files = common.check_input(args, specs)
 
     max_rows = args.max_rows_per_unit or 1
-    cost = Release.exponential_mechanism(epsilon, f"{len(quantiles)} quantiles of {args.column}")
+    cost = charged(args)
     each = epsilon / len(quantiles)
     if args.method == "joint":
         mechanism = "JointExp: one exponential mechanism over all the sorted quantiles (Gillenwater et al. 2021)"
@@ -154,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": accuracy,
         "private_randomness": args.seed is None,
     }
-    release = GatherCounts() | "Quantiles" >> beam.Map(release_step(args, family, public))
+    step = release_step(args, family, public)
+    rehearse(step, family)
+    release = GatherCounts() | "Quantiles" >> beam.Map(step)
     if common.dry_run(args, cost, files, public):
         return 0
     with common.charge(args, cost, "quantiles"):  # before any row is read

@@ -27,6 +27,9 @@ from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from pipelines import common
 
 BETA = 0.05
+# Every candidate's count exists somewhere (the candidate set is public, zeros included): 2^32 of them
+# are 32 GiB of counts across the workers, in 4,096 shards of the default size.
+MAX_CANDIDATES = 1 << 32
 
 
 def build_parser() -> common.ArgumentParser:
@@ -69,6 +72,8 @@ def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, io.Colum
             raise ValueError(f"--candidate-range must be LO:HI with integers, got {args.candidate_range!r}") from None
         if hi <= lo:
             raise ValueError(f"--candidate-range {args.candidate_range} is empty")
+        if hi - lo > MAX_CANDIDATES:
+            raise ValueError(f"--candidate-range {args.candidate_range} holds over {MAX_CANDIDATES:,} candidates")
         return CategoryCounts(args.column, range(lo, hi)), io.ColumnSpec(args.column, "int")
     try:
         labels = [line.strip() for line in io.read_text(args.candidates).splitlines() if line.strip()]

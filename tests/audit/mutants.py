@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+TIMEOUT = 900  # seconds for one run of pytest: the whole audit takes a few minutes
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ MUTANTS = [
         "        # Some keys overlap: 32 more bits for the survivors, and screen them again.\n"
         "        prefix = prefix[kept].astype(np.uint64)",
         (SHIPPED_SELECT,),
+    ),
+    Mutant(
+        "the same bug at the second screen: survivors keep the noise of other candidates (review 1)",
+        "beam_expmech/mechanisms/exact.py",
+        "        kept, prefix = kept[again], prefix[again]\n",
+        "        kept = kept[again]\n",
+        (f"{PIPELINE}::test_select_at_production_shard_sizes",),
     ),
     Mutant(
         "a float-only sampler: overlapping keys taken in index order, no exact step",
@@ -195,6 +203,27 @@ MUTANTS = [
         ("tests/test_io.py::test_a_uint64_identity_beyond_int64_is_rejected_never_wrapped_onto_another",),
     ),
     Mutant(
+        "quantiles charged epsilon / m (the ledger under-charges m times; review 1)",
+        "pipelines/quantiles.py",
+        "return Release.exponential_mechanism(args.epsilon, f",
+        "return Release.exponential_mechanism(args.epsilon / len(parse_quantiles(args.quantiles)), f",
+        ("tests/audit/test_audit_charges.py::test_quantiles_charge_covers_its_final_step",),
+    ),
+    Mutant(
+        "learn charged half its epsilon",
+        "pipelines/learn.py",
+        'return Release.exponential_mechanism(args.epsilon, f"halfspace',
+        'return Release.exponential_mechanism(args.epsilon / 2, f"halfspace',
+        ("tests/audit/test_audit_charges.py::test_learn_charge_covers_its_final_step",),
+    ),
+    Mutant(
+        "JointExp's proposal relative to 0, not to the best chain: acceptance (and time) falls with n (item 4)",
+        "beam_expmech/mechanisms/joint_quantiles.py",
+        "    best = int(chain.min())\n",
+        "    best = 0\n",
+        ("tests/test_joint_quantiles.py::test_acceptance_does_not_degrade_with_the_number_of_rows",),
+    ),
+    Mutant(
         "AIM claims a monotone score (its score is an error, not a count)",
         "beam_expmech/synth/aim.py",
         "epsilon=epsilon, sensitivity=sensitivity, rng=rng)",
@@ -241,10 +270,14 @@ def apply(mutant: Mutant, tree: Path) -> None:
 
 
 def failing(tests: list[str], tree: Path) -> str | None:
-    """The first of ``tests`` that fails in ``tree`` (None if all pass)."""
+    """The first of ``tests`` that fails in ``tree`` (None if all pass); one that runs past TIMEOUT
+    seconds fails too (a mutant may make a sampler that never ends)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     for test in tests:
-        run = subprocess.run([*PYTEST, test], cwd=tree, env=env, capture_output=True, text=True)
+        try:
+            run = subprocess.run([*PYTEST, test], cwd=tree, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return f"{test} (timed out)"
         if run.returncode not in (0, 5):
             return test
     return None

@@ -210,3 +210,50 @@ def test_scores_beyond_float_precision_are_sampled_exactly(audit):
     rng = np.random.default_rng(17)
     draws = [exponential_mechanism(scores, epsilon=4, sensitivity=1, rng=rng) for _ in range(3000)]
     record_sampler(audit, "exponential (scores beyond 2^53)", draws, pmf)
+
+
+def lumped_peeling_pmf(heavy: dict[int, float], zeros: int, epsilon: float, k: int) -> dict[tuple, float]:
+    """Peeling (k rounds of epsilon/k, sensitivity 1, monotone) over the ``heavy`` candidates' counts and
+    ``zeros`` candidates of count 0, with every zero-count candidate reported as "z"."""
+    weights = {h: math.exp(epsilon / k * count) for h, count in heavy.items()}
+
+    def rounds(left: dict, zeros_left: int, depth: int) -> dict[tuple, float]:
+        if depth == 0:
+            return {(): 1.0}
+        total = sum(left.values()) + zeros_left
+        pmf: dict[tuple, float] = {}
+        options = [(h, w, {x: v for x, v in left.items() if x != h}, zeros_left) for h, w in left.items()]
+        options.append(("z", zeros_left, left, zeros_left - 1))
+        for name, weight, rest, rest_zeros in options:
+            for tail, p in rounds(rest, rest_zeros, depth - 1).items():
+                pmf[(name, *tail)] = pmf.get((name, *tail), 0.0) + weight / total * p
+        return pmf
+
+    return rounds(weights, zeros, k)
+
+
+def test_select_at_production_shard_sizes(audit, tmp_path):
+    """Shards of 2^16 candidates: a candidate whose first 16 bits of noise are all ones has no finite
+    upper bound, so most draws take the second screen (48 bits) and some the exact step; the tiny
+    configurations above almost never do. Released draws against peeling, zero-count candidates lumped."""
+    shard, heavy = 1 << 16, {0: 20, 1: 22, 1 << 16: 24, (1 << 16) + 1: 26}  # both shards hold heavy ones
+    items = [item for item, count in heavy.items() for _ in range(count)]
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"item": items}), path)
+    flags = ["--input", str(path), "--column", "item", "--candidate-range", f"0:{2 * shard}", "--epsilon", "2",
+             "--top-k", "2", "--shard-size", str(shard), "--output", str(tmp_path / "d.json")]  # fmt: skip
+    args, beam_args = select.parse_args(flags)
+    family, spec = select.candidate_family(args)
+    captured = tmp_path / "shards.pickle"
+    common.counting_pipeline(
+        args, beam_args, common.check_input(args, [spec]), [spec], family, beam.combiners.ToList(),
+        lambda shards: captured.write_bytes(pickle.dumps(sorted(shards, key=lambda kv: kv[0]))),
+        shard_size=shard,
+    ).run().wait_until_finish()  # fmt: skip
+    shards = pickle.loads(captured.read_bytes())
+    draws = []
+    for seed in range(DRAWS // 2):
+        args.seed = seed
+        draws.append(tuple(c if c in heavy else "z" for c in select.selection(args, family).select(shards)))
+    pmf = lumped_peeling_pmf(heavy, 2 * shard - len(heavy), args.epsilon, args.top_k)
+    record_sampler(audit, "pipelines.select k=2, 2 shards of 2^16", draws, pmf)
