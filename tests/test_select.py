@@ -80,8 +80,8 @@ def test_bad_rows_go_to_the_dead_letter_and_the_release_still_happens(tmp_path):
     assert len(release["selected"]) == 1
     dead = (tmp_path / "r.dead_letter.csv").read_text().splitlines()
     assert dead[0] == '"item","user_id","reason"'
-    # A line is at most one record: the value over two lines leaves its first line (read alone) and its
-    # second (one field) to the dead letter.
+    # A line is at most one record: of the value over two lines, the first line is read alone (a record of
+    # three fields) and the second (one field) goes to the dead letter.
     malformed = f',,"malformed CSV row: expected 3 fields, got 1 (row 8 of {tmp_path / "data.csv"})"'
     assert sorted(dead[1:]) == sorted(
         ['"x","2","item: not an integer"', ',"3","item: null"', '"3",,"user_id: null"', malformed]
