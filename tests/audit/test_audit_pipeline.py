@@ -236,7 +236,7 @@ def test_select_at_production_shard_sizes(audit, tmp_path):
     """Shards of 2^16 candidates: a candidate whose first 16 bits of noise are all ones has no finite
     upper bound, so most draws take the second screen (48 bits) and some the exact step; the tiny
     configurations above almost never do. Released draws against peeling, zero-count candidates lumped."""
-    shard, heavy = 1 << 16, {0: 20, 1: 22, 1 << 16: 24, (1 << 16) + 1: 26}  # both shards hold heavy ones
+    shard, heavy = 1 << 16, {0: 10, 1: 11, 1 << 16: 12, (1 << 16) + 1: 13}  # both shards hold heavy ones
     items = [item for item, count in heavy.items() for _ in range(count)]
     path = tmp_path / "d.parquet"
     pq.write_table(pa.table({"item": items}), path)
