@@ -87,3 +87,22 @@ def test_bad_arguments():
         joint_quantiles(np.ones(5000, int), np.linspace(0, 1, 5001), [0.5], epsilon=1)
     with pytest.raises(ValueError, match="epsilon"):
         joint_quantiles(np.array([1, 2, 3]), edges, [0.5], epsilon=0)
+
+
+def test_a_draw_takes_about_one_proposal_whatever_the_data(monkeypatch):
+    """The running time must not reveal the data: on a histogram whose best chain is far from 0 (300
+    rows in one bin), the float DP still proposes near the exact law, and almost every proposal is taken."""
+    from beam_expmech.mechanisms import joint_quantiles as module
+
+    proposed, real = [], module.propose
+
+    def counted(*args, **kwargs):
+        proposed.append(1)
+        assert len(proposed) <= 40, "acceptance fell: 40 proposals for 20 draws"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "propose", counted)
+    problem = joint_problem(np.array([300, 1, 4, 0, 2]), np.arange(6.0), [0.25, 0.5, 0.75], epsilon=1.0, max_rows=1)
+    for seed in range(20):
+        module.sample_bins(problem, 3, random_source(seed))
+    assert len(proposed) >= 20
