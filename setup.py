@@ -29,6 +29,8 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            # make test spreads the tests over the machine's cores (one process each: no shared state).
+            "pytest-xdist>=3.5",
             "scipy>=1.11",
             "hypothesis>=6.100",
             "ruff>=0.5",
