@@ -21,6 +21,8 @@ setup(
         "numpy>=1.26",
         "pyarrow>=15",
         "google-cloud-storage>=2.14",
+        # Avro input, read by its declared types (apache-beam depends on it too; we import it).
+        "fastavro>=1.9",
         # MPFR's correctly rounded log with directed rounding: the exact sampler's tie-breaks.
         "gmpy2>=2.1.5",
         # zCDP -> (epsilon, delta) conversion in the budget.

@@ -4,7 +4,8 @@
 
 For every k-way marginal of the columns (default: all of the domain's columns), both tables'
 counts are normalised to probabilities and compared in L1 (0 .. 2); prints the average and the
-largest over the workload, the metric of the AIM paper and of ../shared/tools/eval_workload.py.
+largest over the workload: the AIM paper's workload error (McKenna et al. 2022), twice the total
+variation distance that Private-PGM's scripts print.
 Use it to judge a generator on data you may look at, never to publish.
 """
 

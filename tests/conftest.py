@@ -1,4 +1,4 @@
-"""Shared test helpers: goodness of fit of a sampler against its exact pmf (DESIGN.md section 5)."""
+"""Shared test helpers: goodness of fit of a sampler against its exact pmf (docs/DESIGN.md section 5)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from shared_tables import load, marginals
+from public_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
 from beam_expmech.synth.aim import aim, check_parameters

@@ -6,10 +6,10 @@ import itertools
 import math
 import tracemalloc
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
+from public_tables import csv_path
 
 from beam_expmech.synth.blr import (
     blr_probabilities,
@@ -21,7 +21,7 @@ from beam_expmech.synth.blr import (
     query_count,
 )
 
-NLTCS = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltcs" / "nltcs.csv"
+NLTCS = csv_path("nltcs")
 
 
 def definition_pmf(data_rows, domain, m, epsilon, max_rows=1):

@@ -14,12 +14,13 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from beam_data import purchases, write
+from public_tables import DATA
 
 from deploy.dataflow import metadata as template_metadata
 from pipelines import common, learn, quantiles, select, synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
-NLTCS = ROOT.parent / "shared" / "data" / "nltcs"
+NLTCS = DATA / "nltcs"
 MODULES = {"select": select, "quantiles": quantiles, "learn": learn, "synthesize": synthesize}
 
 

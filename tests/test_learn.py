@@ -7,18 +7,18 @@ import itertools
 import json
 import re
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import assert_usage_error
+from public_tables import csv_path
 
 from beam_expmech import halfspaces
 from beam_expmech.predicates import MarginalCounts
 from pipelines import learn
 
-NLTCS = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltcs" / "nltcs.csv"
+NLTCS = csv_path("nltcs")
 
 
 def brute_force(x: np.ndarray, y: np.ndarray, candidates: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from shared_tables import load, marginals
+from public_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget
 from beam_expmech.mechanisms.randomness import random_source

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from conftest import assert_usage_error
+from public_tables import DATA
 
 from beam_expmech.accounting import zcdp_to_epsilon
 from beam_expmech.ledger import Ledger
 from pipelines import evaluate_synthetic, synthesize
 
-NLTCS = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltcs"
+NLTCS = DATA / "nltcs"
 
 
 def columns(k: int) -> str:

@@ -6,17 +6,17 @@ import itertools
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.testing.util import assert_that, equal_to
+from public_tables import DATA
 
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.transforms import GatherCounts, PredicateCounts
 
-NLTCS = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltcs"
+NLTCS = DATA / "nltcs"
 
 
 def table(rows: int, seed: int = 0) -> pa.Table:

@@ -10,7 +10,7 @@ from apache_beam.metrics import Metrics
 
 from beam_expmech import io
 
-# Operator-facing metrics: NOT private, never written to a release (DESIGN.md section 4).
+# Operator-facing metrics: NOT private, never written to a release (docs/DESIGN.md section 4).
 METRICS_NAMESPACE = "beam_expmech.non_private"
 GOOD, DEAD = "good", "dead"
 

@@ -2,7 +2,7 @@
 
 col: (candidate shard, int64 counts) -> col: one list of candidate indices, best first.
 
-Each shard draws its candidates' noisy keys and keeps its own top k, exactly (DESIGN.md
+Each shard draws its candidates' noisy keys and keeps its own top k, exactly (docs/DESIGN.md
 section 2: the exponential mechanism is a combine). The survivors travel with the state of
 their partially sampled noise, and one global step refines them until the overall top k is
 certain. The result is the same draw as one exponential mechanism (or permute-and-flip) over

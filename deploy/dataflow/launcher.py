@@ -1,7 +1,7 @@
 """The Flex Template's entry file: runs ``pipelines.$BEAM_EXPMECH_PIPELINE`` as a module.
 
 Never the pipeline file itself as a script: run as a script, ``pipelines/select.py`` would
-shadow the standard library's ``select`` module (DESIGN.md, section 3).
+shadow the standard library's ``select`` module (docs/DESIGN.md, section 3).
 """
 
 import os

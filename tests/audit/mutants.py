@@ -251,9 +251,6 @@ def tracked_copy(destination: Path) -> None:
         if source.is_file():
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination / name)
-    shared = ROOT.parent / "shared"
-    if shared.exists() and not (destination.parent / "shared").exists():
-        (destination.parent / "shared").symlink_to(shared)  # the tests' real tables, where a checkout has them
 
 
 def occurrences(mutant: Mutant, tree: Path = ROOT) -> int:

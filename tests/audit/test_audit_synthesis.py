@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from privacy_loss import ALPHAS, PrivacyLoss, histogram_neighbours, record_sampler, renyi
-from shared_tables import load, marginals
+from public_tables import load, marginals
 
 from beam_expmech.mechanisms import selection_probabilities
 from beam_expmech.mechanisms.discrete_gaussian import discrete_gaussian, rho

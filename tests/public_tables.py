@@ -1,4 +1,4 @@
-"""The real tables of ../shared/data as record batches, and their exact marginals, for the generators' tests."""
+"""The public tables of tests/data (their source: tests/data/README.md) as paths, record batches and marginals."""
 
 from __future__ import annotations
 
@@ -12,13 +12,23 @@ import pyarrow as pa
 
 from beam_expmech.predicates import MarginalWorkload
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def csv_path(name: str) -> Path:
+    """The table ``name`` (nltcs, titanic) as CSV with a header."""
+    return DATA / name / f"{name}.csv"
+
+
+def domain_path(name: str) -> Path:
+    """Its domain file, {"column": number_of_codes}."""
+    return DATA / name / "domain.json"
 
 
 def load(name: str, columns: int) -> tuple[pa.RecordBatch, dict[str, int]]:
-    """The first ``columns`` columns of a shared table and their domain sizes."""
-    domain = json.loads((DATA / name / "domain.json").read_text())
-    with open(DATA / name / f"{name}.csv") as handle:
+    """The first ``columns`` columns of a table and their domain sizes."""
+    domain = json.loads(domain_path(name).read_text())
+    with open(csv_path(name)) as handle:
         reader = csv.reader(handle)
         header = next(reader)
         rows = np.array([[int(v) for v in row] for row in reader])
