@@ -31,6 +31,7 @@ from fractions import Fraction
 import gmpy2
 import numpy as np
 
+from beam_expmech.mechanisms.intervals import contexts, to_fraction
 from beam_expmech.mechanisms.randomness import RandomSource
 
 _U = 2.0**-53  # unit roundoff of float64
@@ -249,24 +250,16 @@ def noise_bounds(m: int, bits: int, noise: Noise) -> tuple[Fraction | float, Fra
     MPFR rounds each log in the direction that keeps the bound valid; negation is exact.
     """
     precision = bits + _GUARD_BITS
-    down = gmpy2.context(precision=precision, round=gmpy2.RoundDown)
-    up = gmpy2.context(precision=precision, round=gmpy2.RoundUp)
+    down, up = contexts(precision)
 
     def dyadic(numerator: int) -> gmpy2.mpfr:  # exact: numerator <= 2**bits
         return gmpy2.mpfr(gmpy2.mpq(numerator, 1 << bits), precision)
 
     if noise is Noise.GUMBEL:
         # g(U) = -ln(E), E = -ln U: a lower bound on g needs an upper bound on E, and so on.
-        low = -_fraction(up.log(up.minus(down.log(dyadic(m)))))
-        high = -_fraction(down.log(down.minus(up.log(dyadic(m + 1)))))
+        low = -to_fraction(up.log(up.minus(down.log(dyadic(m)))))
+        high = -to_fraction(down.log(down.minus(up.log(dyadic(m + 1)))))
     else:
-        low = -_fraction(up.log(dyadic((1 << bits) - m)))
-        high = -_fraction(down.log(dyadic((1 << bits) - m - 1)))
+        low = -to_fraction(up.log(dyadic((1 << bits) - m)))
+        high = -to_fraction(down.log(dyadic((1 << bits) - m - 1)))
     return low, high
-
-
-def _fraction(x: gmpy2.mpfr) -> Fraction | float:
-    if gmpy2.is_infinite(x):
-        return float(x)
-    numerator, denominator = x.as_integer_ratio()
-    return Fraction(int(numerator), int(denominator))

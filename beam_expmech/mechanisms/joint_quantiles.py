@@ -44,12 +44,15 @@ import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 import gmpy2
 import numpy as np
 
 from beam_expmech import parameters
 from beam_expmech.mechanisms.exact import LogWeights, Noise, noisy_top_k
+from beam_expmech.mechanisms.intervals import contexts, dyadic, to_fraction
+from beam_expmech.mechanisms.quantile import check_histogram, uniform_in
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 
 _U = 2.0**-53
@@ -60,15 +63,25 @@ MAX_ROWS = 2**60  # every integer penalty of a chain stays below 4 n: int64 with
 _NO_CHAIN = 2**62  # the min-plus DP's stand-in for an impossible predecessor
 
 
-def joint_problem(histogram: object, edges: object, quantiles: list[float], *, epsilon: float, max_rows: int):
-    """Validate and return (counts c_0..c_B, log widths, integer targets, denominator, exact scale s).
+class JointProblem(NamedTuple):
+    """What JointExp samples from, in exact integers where it matters."""
+
+    ranks: list[int]  # c_0 .. c_B: the rows below each edge (Python ints)
+    log_widths: np.ndarray  # log of each bin's width (the base measure)
+    targets: list[int]  # A_0 .. A_{m+1}: q_j = A_j / den, with q_0 = 0 and q_{m+1} = 1
+    den: int  # the common denominator of the quantiles (a power of two)
+    scale: Fraction  # s: the exponent is s * den * u(b)
+
+
+def joint_problem(
+    histogram: object, edges: object, quantiles: list[float], *, epsilon: float, max_rows: int
+) -> JointProblem:
+    """Validate and return the problem: counts c_0..c_B, log widths, integer targets, denominator, exact scale s.
 
     Scores are kept as exact integers: with every q_j = A_j / Den (Den a power of two),
     Den * u(b) is an integer, and the exponent is s * Den * u(b) with s = eps / (2 * 2K * Den).
     """
-    histogram = np.asarray(histogram)
-    if histogram.ndim != 1 or histogram.size == 0 or histogram.dtype.kind not in "iu" or (histogram < 0).any():
-        raise ValueError("histogram must be a non-empty 1-d array of integer counts >= 0")
+    histogram = check_histogram(histogram)
     if histogram.size > MAX_BINS:
         raise ValueError(f"JointExp takes at most {MAX_BINS} bins (its sampler is quadratic), got {histogram.size}")
     if sum(histogram.tolist()) >= MAX_ROWS:
@@ -85,7 +98,7 @@ def joint_problem(histogram: object, edges: object, quantiles: list[float], *, e
     targets = [0] + [int(Fraction(q) * den) for q in qs] + [den]  # A_0 .. A_{m+1}
     ranks = np.concatenate([[0], np.cumsum(histogram, dtype=np.int64)]).tolist()  # c_0 .. c_B (Python ints)
     scale = Fraction(epsilon) / (4 * max_rows * den)
-    return ranks, np.log(np.diff(edges)), targets, den, scale
+    return JointProblem(ranks, np.log(np.diff(edges)), targets, den, scale)
 
 
 def gap_penalties(ranks: list[int], targets: list[int], den: int, j: int, before: np.ndarray, after: np.ndarray):
@@ -160,12 +173,11 @@ def joint_quantiles(
     bins = sample_bins(problem, len(quantiles), source)
     points = []
     for run in _runs(bins):
-        low, high = edges[run[0]], edges[run[0] + 1]
-        points.extend(sorted(float(low + (high - low) * source.bits(53) * 2.0**-53) for _ in run))
+        points.extend(sorted(uniform_in(edges[run[0]], edges[run[0] + 1], source) for _ in run))
     return points
 
 
-def sample_bins(problem, m: int, source: RandomSource) -> list[int]:
+def sample_bins(problem: JointProblem, m: int, source: RandomSource) -> list[int]:
     """An exact draw of the bin sequence: float-DP proposal, exact acceptance."""
     while True:
         proposal = propose(problem, m, source)
@@ -191,7 +203,7 @@ class Proposal:
     shift: Fraction
 
 
-def propose(problem, m: int, source: RandomSource) -> Proposal:
+def propose(problem: JointProblem, m: int, source: RandomSource) -> Proposal:
     """Draw from the float DP, every entry relative to the exact min-plus reference (module docstring)."""
     ranks, log_widths, targets, den, scale = problem
     size = len(log_widths)
@@ -287,7 +299,7 @@ def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
         return np.squeeze(top, axis=axis) + np.log(np.sum(np.exp(x - top), axis=axis))
 
 
-def _accept(problem, proposal: Proposal, source: RandomSource) -> bool:
+def _accept(problem: JointProblem, proposal: Proposal, source: RandomSource) -> bool:
     """Bernoulli(P(b) / (M Q(b))) exactly: a lazily drawn uniform against a rational enclosure.
 
     Let P_cap be the capped law (every exact weight exp T(b) <= exp T_cap(b)) and F the exact
@@ -331,17 +343,12 @@ def _sum_interval(intervals):
     return (sum(i[0] for i in intervals), sum(i[1] for i in intervals))
 
 
-def _to_fraction(x: gmpy2.mpfr) -> Fraction:
-    numerator, denominator = x.as_integer_ratio()
-    return Fraction(int(numerator), int(denominator))
-
-
 def _log_factorial(k: int, precision: int) -> tuple[Fraction, Fraction]:
     """Rational bounds on log(k!)."""
-    down, up = _contexts(precision)
+    down, up = contexts(precision)
     return (
-        sum((_to_fraction(down.log(i)) for i in range(2, k + 1)), Fraction(0)),
-        sum((_to_fraction(up.log(i)) for i in range(2, k + 1)), Fraction(0)),
+        sum((to_fraction(down.log(i)) for i in range(2, k + 1)), Fraction(0)),
+        sum((to_fraction(up.log(i)) for i in range(2, k + 1)), Fraction(0)),
     )
 
 
@@ -372,31 +379,16 @@ def _log_sum_exp(values: np.ndarray, precision: int) -> tuple[Fraction, Fraction
     near = finite[finite - top >= -cutoff]
     tail = gmpy2.mul_2exp(gmpy2.mpfr(1), -(precision + 16))  # exact (a float would underflow)
     bounds = []
-    for ctx, far in zip(_contexts(precision), (0, tail), strict=True):
+    for ctx, far in zip(contexts(precision), (0, tail), strict=True):
         # mpfr(float) is exact; each operation rounds in the context's direction.
         terms = [ctx.exp(ctx.sub(gmpy2.mpfr(float(v)), top)) for v in near]
-        bounds.append(Fraction(top) + _to_fraction(ctx.log(ctx.add(ctx.fsum(terms), far))))
+        bounds.append(Fraction(top) + to_fraction(ctx.log(ctx.add(ctx.fsum(terms), far))))
     return bounds[0], bounds[1]
 
 
 def _exp_interval(low: Fraction, high: Fraction, precision: int) -> tuple[Fraction, Fraction]:
     """A rational lower bound on exp(low) and an upper bound on exp(high)."""
-    down, up = _contexts(precision)
-    return _to_fraction(down.exp(_dyadic(low, precision, up=False))), _to_fraction(
-        up.exp(_dyadic(high, precision, up=True))
+    down, up = contexts(precision)
+    return to_fraction(down.exp(dyadic(low, precision, up=False))), to_fraction(
+        up.exp(dyadic(high, precision, up=True))
     )
-
-
-def _contexts(precision: int):
-    """MPFR contexts rounding down and up."""
-    return (
-        gmpy2.context(precision=precision, round=gmpy2.RoundDown),
-        gmpy2.context(precision=precision, round=gmpy2.RoundUp),
-    )
-
-
-def _dyadic(x: Fraction, bits: int, *, up: bool) -> gmpy2.mpfr:
-    """A dyadic bound on x (below, or above if ``up``) with ``bits`` fractional bits, held exactly."""
-    scaled = x * (1 << bits)
-    n = math.ceil(scaled) if up else math.floor(scaled)
-    return gmpy2.mpfr(gmpy2.mpq(n, 1 << bits), max(bits, n.bit_length()) + 2)

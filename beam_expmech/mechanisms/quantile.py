@@ -39,15 +39,21 @@ def quantile_scores(histogram: object, q: float, *, max_rows: int = 1) -> tuple[
     max_rows * max(a, b - a), returned as the nearest float at or above it (never below:
     a sensitivity rounded down would understate the privacy loss).
     """
-    histogram = np.asarray(histogram)
-    if histogram.ndim != 1 or histogram.size == 0 or histogram.dtype.kind not in "iu" or (histogram < 0).any():
-        raise ValueError("histogram must be a non-empty 1-d array of integer counts >= 0")
+    histogram = check_histogram(histogram)
     a, b = Fraction(parameters.probability(q, "q")).as_integer_ratio()
     max_rows = parameters.count(max_rows, "max_rows")
     ranks = np.concatenate([[0], np.cumsum(histogram, dtype=np.int64)]).astype(object)  # c_0 .. c_B
     target = a * int(ranks[-1])
     scores = -np.maximum(np.maximum(ranks[:-1] * b - target, target - ranks[1:] * b), 0)
     return scores, _float_at_least(max_rows * max(a, b - a))
+
+
+def check_histogram(histogram: object) -> np.ndarray:
+    """The histogram as a 1-d array of integer counts >= 0, or a ValueError."""
+    histogram = np.asarray(histogram)
+    if histogram.ndim != 1 or histogram.size == 0 or histogram.dtype.kind not in "iu" or (histogram < 0).any():
+        raise ValueError("histogram must be a non-empty 1-d array of integer counts >= 0")
+    return histogram
 
 
 def _float_at_least(value: int) -> float:
