@@ -36,6 +36,10 @@ class LedgerError(ValueError):
     """The ledger cannot do what was asked (no such dataset, budget already set, unreadable file)."""
 
 
+class UnknownDatasetError(LedgerError):
+    """The ledger holds no budget for this dataset id."""
+
+
 class OverspendError(RuntimeError):
     """A run would take a dataset past its budget; nothing was charged."""
 
@@ -134,11 +138,7 @@ class Ledger:
 
     def _dataset(self, document: dict, dataset_id: str) -> dict:
         if dataset_id not in document["datasets"]:
-            raise LedgerError(
-                f"dataset {dataset_id!r} has no budget in {self.path} "
-                f"(set one with: python -m pipelines.ledger init --budget-ledger {self.path} --dataset-id {dataset_id} "
-                "--epsilon E)"
-            )
+            raise UnknownDatasetError(f"dataset {dataset_id!r} has no budget in {self.path}: set it once first (init)")
         return document["datasets"][dataset_id]
 
 

@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_expmech import io
 from beam_expmech.accounting import PrivacyBudget, Release
-from beam_expmech.ledger import Ledger, OverspendError, budget_of
+from beam_expmech.ledger import Ledger, OverspendError, UnknownDatasetError, budget_of
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -110,7 +110,15 @@ def charge(
     if args.budget_ledger is None:
         return contextlib.nullcontext()
     parameters = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
-    return Ledger(args.budget_ledger).charged(
+    ledger = Ledger(args.budget_ledger)
+    try:
+        ledger.dataset(args.dataset_id)
+    except UnknownDatasetError:
+        raise ValueError(
+            f"dataset {args.dataset_id!r} has no budget in {args.budget_ledger} (set one with: python -m "
+            f"pipelines.ledger init --budget-ledger {args.budget_ledger} --dataset-id {args.dataset_id} --epsilon E)"
+        ) from None
+    return ledger.charged(
         args.dataset_id, release, pipeline=pipeline, parameters=parameters, output=getattr(args, "output", None)
     )
 

@@ -150,6 +150,13 @@ def test_pipelines_reserve_before_reading_and_exit_3_when_spent(tmp_path, capsys
     shown = capsys.readouterr().out
     assert shown.count(" done ") == 1 and shown.count(" failed ") == 1 and "remaining 0" in shown
     assert common.run_cli(select.main, [*args[:-4], "--budget-ledger", path]) == 2  # --dataset-id missing
+    # A dataset the ledger has no budget for: the command line says how to set one, the library does not.
+    capsys.readouterr()
+    assert common.run_cli(select.main, [*args[:-1], "unknown"]) == 2
+    assert "python -m pipelines.ledger init" in capsys.readouterr().err
+    with pytest.raises(LedgerError, match="has no budget") as raised:
+        Ledger(path).dataset("unknown")
+    assert "python -m" not in str(raised.value)
 
 
 def test_the_console_script_runs_every_command(tmp_path):
