@@ -10,6 +10,7 @@ most K * contribution when one unit is added or removed, and all counts move the
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import apache_beam as beam
 import numpy as np
@@ -103,51 +104,59 @@ def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     return table.take(pa.array(order[rank < max_rows]))
 
 
+@dataclass
+class KeptRows:
+    """KeepLowestPerUnit's accumulator: the compacted rows so far, and the batches not yet compacted."""
+
+    kept: pa.Table | None = None
+    pending: list = field(default_factory=list)  # record batches or tables
+    pending_rows: int = 0
+
+
 class KeepLowestPerUnit(beam.CombineFn):
     """Per shard: the ``max_rows`` lowest-priority rows of each unit, compacted as batches arrive.
 
-    Accumulator: [compacted table or None, pending batches, pending row count]. Beam lifts the
-    combine before the shuffle, so each worker ships at most ``max_rows`` rows per unit.
+    Beam lifts the combine before the shuffle, so each worker ships at most ``max_rows`` rows per unit.
     """
 
     def __init__(self, unit_column: str, max_rows: int):
         self.unit_column, self.max_rows = unit_column, max_rows
 
-    def create_accumulator(self) -> list:
-        return [None, [], 0]
+    def create_accumulator(self) -> KeptRows:
+        return KeptRows()
 
-    def add_input(self, accumulator: list, batch) -> list:
-        accumulator[1].append(batch)
-        accumulator[2] += batch.num_rows
-        kept = 0 if accumulator[0] is None else accumulator[0].num_rows
-        if accumulator[2] > max(_COMPACT_ROWS, kept):  # amortised: compact when pending outgrows kept
+    def add_input(self, accumulator: KeptRows, batch) -> KeptRows:
+        accumulator.pending.append(batch)
+        accumulator.pending_rows += batch.num_rows
+        kept = 0 if accumulator.kept is None else accumulator.kept.num_rows
+        if accumulator.pending_rows > max(_COMPACT_ROWS, kept):  # amortised: compact when pending outgrows kept
             self._compact(accumulator)
         return accumulator
 
-    def merge_accumulators(self, accumulators) -> list:
+    def merge_accumulators(self, accumulators) -> KeptRows:
         merged = self.create_accumulator()
         for accumulator in accumulators:
-            if accumulator[0] is not None:
-                merged[1].append(accumulator[0])
-            merged[1].extend(accumulator[1])
+            if accumulator.kept is not None:
+                merged.pending.append(accumulator.kept)
+            merged.pending.extend(accumulator.pending)
         self._compact(merged)
         return merged
 
-    def compact(self, accumulator: list) -> list:
+    def compact(self, accumulator: KeptRows) -> KeptRows:
         self._compact(accumulator)
         return accumulator
 
-    def extract_output(self, accumulator: list) -> pa.Table | None:
+    def extract_output(self, accumulator: KeptRows) -> pa.Table | None:
         self._compact(accumulator)
-        return accumulator[0]
+        return accumulator.kept
 
-    def _compact(self, accumulator: list) -> None:
-        parts = ([] if accumulator[0] is None else [accumulator[0]]) + [
-            p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in accumulator[1]
+    def _compact(self, accumulator: KeptRows) -> None:
+        parts = ([] if accumulator.kept is None else [accumulator.kept]) + [
+            p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in accumulator.pending
         ]
         if parts:
-            accumulator[0] = keep_lowest(pa.concat_tables(parts).combine_chunks(), self.unit_column, self.max_rows)
-        accumulator[1], accumulator[2] = [], 0
+            accumulator.kept = keep_lowest(pa.concat_tables(parts).combine_chunks(), self.unit_column, self.max_rows)
+        accumulator.pending, accumulator.pending_rows = [], 0
 
 
 class BoundContributions(beam.PTransform):
