@@ -55,6 +55,12 @@ class Release:
         """A rho-zCDP mechanism with no pure guarantee (Gaussian noise)."""
         return cls(label, None, parameters.positive_finite(rho, "rho"))
 
+    def describe(self) -> str:
+        """The cost in one phrase, as every message and log line states it: "epsilon=1 (rho=0.125)"."""
+        if self.epsilon is None:
+            return f"rho={self.rho:g} (zCDP)"
+        return f"epsilon={self.epsilon:g} (rho={self.rho:g})"
+
 
 class BudgetExceededError(RuntimeError):
     """A release would take a budget past its total; nothing was charged."""
@@ -64,7 +70,7 @@ class BudgetExceededError(RuntimeError):
         super().__init__(
             f"privacy budget exceeded: the budget is epsilon={budget.epsilon:g} (delta={budget.delta:g}), "
             f"{budget.spent():g} is spent, and {release.label!r} asks for "
-            f"{_describe(release)}, which would make {spent_after:g}"
+            f"{release.describe()}, which would make {spent_after:g}"
         )
 
 
@@ -143,9 +149,3 @@ def epsilon_to_zcdp(epsilon: float, *, delta: float) -> float:
     if low == 0:
         raise ValueError(f"no rho > 0 fits epsilon={epsilon:g} at delta={delta:g}")
     return low
-
-
-def _describe(release: Release) -> str:
-    if release.epsilon is None:
-        return f"rho={release.rho:g} (zCDP)"
-    return f"epsilon={release.epsilon:g} (rho={release.rho:g})"

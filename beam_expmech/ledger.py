@@ -46,7 +46,7 @@ class OverspendError(RuntimeError):
     def __init__(self, dataset_id: str, budget: PrivacyBudget, release: Release):
         super().__init__(
             f"dataset {dataset_id!r}: {budget.remaining():g} of its epsilon={budget.epsilon:g} "
-            f"(delta={budget.delta:g}) remains, and this run asks for {_cost(release)}: refused, nothing spent"
+            f"(delta={budget.delta:g}) remains, and this run asks for {release.describe()}: refused, nothing spent"
         )
 
 
@@ -102,7 +102,7 @@ class Ledger:
             )
 
         self._store.update(change)
-        _LOG.info("dataset %r: reserved %s for %s (release %s)", dataset_id, _cost(release), pipeline, record_id)
+        _LOG.info("dataset %r: reserved %s for %s (release %s)", dataset_id, release.describe(), pipeline, record_id)
         return record_id
 
     def finish(self, dataset_id: str, record_id: str, status: str) -> None:
@@ -148,10 +148,6 @@ def budget_of(dataset: dict) -> PrivacyBudget:
     for record in dataset["releases"]:
         budget.charge(Release(record["label"], record["epsilon"], record["rho"]))
     return budget
-
-
-def _cost(release: Release) -> str:
-    return f"epsilon={release.epsilon:g}" if release.epsilon is not None else f"rho={release.rho:g} (zCDP)"
 
 
 def _now() -> str:

@@ -128,12 +128,11 @@ def dry_run(args: argparse.Namespace, release: Release, files: Sequence[str], pl
     if not args.dry_run:
         return False
     unit = "each row" if args.privacy_unit is None else f"{args.privacy_unit}, at most {args.max_rows_per_unit} rows"
-    cost = f"epsilon={release.epsilon:g}" if release.epsilon is not None else "no pure epsilon"
     lines = [
         "dry run: no data read, nothing spent",
         f"  input: {len(files)} file(s) matching {args.input}",
         f"  privacy unit: {unit}",
-        f"  cost: {cost}, rho={release.rho:.6g} ({release.label})",
+        f"  cost: {release.describe()}: {release.label}",
         *(f"  {key}: {json.dumps(value)}" for key, value in plan.items()),
     ]
     if args.budget_ledger is not None:

@@ -31,7 +31,7 @@ def run_select(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
 def test_a_run_logs_its_charge_and_its_rejected_rows_on_stderr_their_counts_at_debug_only(tmp_path):
     run = run_select(tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "INFO beam_expmech.ledger: dataset 'shop': reserved epsilon=1 for select" in run.stderr
+    assert "INFO beam_expmech.ledger: dataset 'shop': reserved epsilon=1 (rho=0.125) for select" in run.stderr
     assert f"WARNING pipelines.common: rows were rejected: see {tmp_path / 'r.dead_letter.csv'}" in run.stderr
     assert "marked done" in run.stderr and "1001" not in run.stderr
     assert "selected" in run.stdout and "selected" not in run.stderr  # the result on stdout, the log apart
