@@ -224,6 +224,22 @@ def test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value(tmp_pat
     assert sum(m.committed for m in read_) == len(rows)
 
 
+def test_rows_travel_in_batches_of_at_most_batch_size(tmp_path):
+    rows = [{"item": i % 7, "user": i} for i in range(1000)]
+    with beam.Pipeline() as pipeline:
+        checked = (
+            pipeline | beam.Create(rows) | RowsToBatches(schema=SPECS, batch_size=64, identity_types={"user": int})
+        )
+        _ = (
+            checked.good
+            | beam.Map(lambda batch: batch.num_rows)
+            | beam.combiners.ToList()
+            | beam.Map(lambda sizes: (tmp_path / "sizes.json").write_text(json.dumps(sizes)))
+        )
+    sizes = read(tmp_path / "sizes.json")
+    assert sum(sizes) == 1000 and max(sizes) == 64  # every row, never more than a batch, not row by row
+
+
 def test_text_that_is_no_utf8_goes_to_the_dead_letter_without_its_value():
     """A lone surrogate cannot cross a Beam coder, but reaches the transform from a step fused with it."""
     rows = [{"note": "fine"}, {"note": SECRET + "\ud800"}]

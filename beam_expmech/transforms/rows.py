@@ -117,7 +117,7 @@ def rows_as_batches(
 
 
 def _fields(row) -> Mapping | None:
-    if isinstance(row, Mapping):
+    if type(row) is dict or isinstance(row, Mapping):  # the first test is the fast one
         return row
     if hasattr(row, "_asdict"):  # beam.Row and NamedTuples
         return row._asdict()
@@ -133,7 +133,7 @@ def _problems(values: list, identity: type | None) -> list[tuple[str, np.ndarray
         problems.append(("missing", _where(values, lambda v: v is _MISSING)))
         problems.append(("not None, a bool, an int, a float, a str or bytes",
                          _where(values, lambda v: v is not _MISSING and type(v) not in PLAIN_TYPES)))  # fmt: skip
-    ints = [v for v in values if type(v) is int] if int in kinds else []
+    ints = values if kinds == {int} else [v for v in values if type(v) is int] if int in kinds else []
     if ints and not (_INT64[0] <= min(ints) and max(ints) < _INT64[1]):
         problems.append(("out of the 64-bit range", _where(values, lambda v: type(v) is int and not _fits(v))))
     if str in kinds and not _encodes("".join(v for v in values if type(v) is str)):
