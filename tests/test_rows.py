@@ -1,14 +1,14 @@
 """RowsToBatches: rows of a PCollection (dicts, beam.Row, NamedTuples) into the library, on the DirectRunner.
 
-The rows path must release what the file path releases from the same data, give each privacy unit the
-canonical form a file gives it, and send bad rows to the dead letter with reasons that quote no value.
+The rows path must release what the file path releases from the same data and send bad rows to the dead
+letter with reasons that quote no value (each unit's count, on both paths, is audited in
+tests/audit/test_audit_rows.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import struct
 import typing
 from decimal import Decimal
 from pathlib import Path
@@ -105,71 +105,6 @@ def test_rows_give_the_release_the_parquet_file_gives_under_a_test_seed(tmp_path
     assert from_files["counts"] == expected.tolist()  # the bounding bites: fewer than the rows
     assert sum(expected) < len(rows)
     assert from_rows == from_files
-
-
-def counted(rows: list, identity: type, tmp_path, files: list[pa.Table] = ()) -> np.ndarray:
-    """The summed counts of item u (unit u's item) after bounding rows (and the files' batches, if any)."""
-    specs = [io.ColumnSpec("item", "int"), io.ColumnSpec("user", "any")]
-    out = tmp_path / "counts.json"
-    with beam.Pipeline() as pipeline:
-        checked = (
-            pipeline | beam.Create(rows) | RowsToBatches(schema=specs, batch_size=4, identity_types={"user": identity})
-        )
-        batches = [checked.good]
-        for i, table in enumerate(files):
-            pq.write_table(table, tmp_path / f"{i}.parquet")
-            read_ = pipeline | f"Read{i}" >> ReadRecordBatches([str(tmp_path / f"{i}.parquet")], None, ["item", "user"])
-            batches.append((read_ | f"Validate{i}" >> ValidateBatches(specs)).good)
-        _ = (
-            batches
-            | beam.Flatten()
-            | BoundContributions("user", K, shards=3)
-            | PredicateCounts(CategoryCounts("item", range(8)))
-            | GatherCounts()
-            | beam.Map(lambda c: out.write_text(json.dumps(c.tolist())))
-        )
-    return np.array(read(out))
-
-
-def unit_rows(unit, item, n: int) -> list[dict]:
-    return [{"user": unit, "item": item}] * n
-
-
-NANS = [struct.unpack("<d", struct.pack("<Q", bits))[0] for bits in (0x7FF8000000000000, 0xFFF8000000000001)]
-# (identity type, rows, valid rows per item): item u belongs to one unit; rows whose item is no integer
-# are rejected and, counted by mistake, would land on item 0 (validation's placeholder), which no unit has.
-UNIT_CASES = {
-    "int": (int, unit_rows(1, 1, 3) + unit_rows(2, 2, 1) + unit_rows(5, 5, 6) + unit_rows(5, "x", 2)
-            + unit_rows("5", 6, 2) + unit_rows(True, 7, 1), {1: 3, 2: 1, 5: 6}),
-    "str": (str, unit_rows("a", 1, 3) + unit_rows("b", 2, 1) + unit_rows("c", "x", 3) + unit_rows(b"a", 3, 2)
-            + unit_rows(None, 4, 2), {1: 3, 2: 1}),
-    "float": (float, unit_rows(-0.0, 3, 2) + unit_rows(0.0, 3, 2) + unit_rows(NANS[0], 4, 2) + unit_rows(NANS[1], 4, 2)
-              + unit_rows(1.5, 1, 1) + unit_rows(2, 2, 1), {3: 4, 4: 4, 1: 1}),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("case", list(UNIT_CASES))
-def test_each_unit_counts_min_k_of_its_valid_rows(tmp_path, case):
-    """One count more and a unit moves a score beyond the sensitivity K; a rejected row that counts moves
-    a score for a unit that should move none. -0.0 and 0.0 are one unit, and so are NaNs of other bits;
-    a value of another type than the declared identity's is no unit (5 and "5", True and 1, "a" and b"a")."""
-    identity, rows, valid = UNIT_CASES[case]
-    expected = np.zeros(8, int)
-    for item, n in valid.items():
-        expected[item] = min(K, n)
-    assert counted(rows, identity, tmp_path).tolist() == expected.tolist()
-
-
-@pytest.mark.parametrize(
-    "identity,from_file,from_rows",
-    [(int, 5, 5), (float, -0.0, 0.0), (str, "u", "u")],
-    ids=["int", "float", "str"],
-)
-def test_a_unit_from_rows_is_the_same_unit_read_from_a_file(tmp_path, identity, from_file, from_rows):
-    """The unit has K rows in a Parquet file and K in rows, flattened into one bounding: K count, not 2K."""
-    file = pa.table({"item": [3] * K, "user": [from_file] * K})
-    counts = counted(unit_rows(from_rows, 3, K), identity, tmp_path, files=[file])
-    assert counts.tolist() == [0, 0, 0, K, 0, 0, 0, 0]
 
 
 def test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value(tmp_path, caplog):
