@@ -239,8 +239,10 @@ _LINE_END = re.compile(rb"\r\n|\n|\r")  # where pyarrow's parser ends a line
 
 @dataclass(frozen=True)
 class MalformedRows:
-    """CSV lines that are not one record of the header's width, in the dead letter's form: the needed
-    columns empty (which field is which cannot be told) and a reason naming the file and the line."""
+    """Rows a reader could not make into a record, in the dead letter's form. CSV lines that are not one
+    record of the header's width: the needed columns empty (which field is which cannot be told) and a
+    reason naming the file and the line. Rows of a PCollection (transforms.rows): their declared fields as
+    text and a reason naming the column."""
 
     rows: pa.Table
 
@@ -497,6 +499,8 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         values, overflow = _parse(column, target)
         problems.append(("out of the 64-bit range", overflow))
     elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type):
+        if pa.types.is_boolean(column.type):
+            column = column.cast(pa.int64())  # fill_null(0) cannot fill a boolean column
         values = column.fill_null(0).to_numpy(zero_copy_only=False)
         if spec.kind == "int" and values.dtype.kind == "f":
             integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**63)

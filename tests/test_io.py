@@ -284,3 +284,8 @@ def test_a_csv_header_that_names_a_needed_column_twice_is_refused(tmp_path):
     path.write_text("user,item,user\n1,2,3\n")
     with pytest.raises(io.InputError, match=r"twice\.csv: column 'user' appears more than once"):
         io.check_columns([str(path)], None, ["user", "item"])
+
+
+def test_a_boolean_column_validates_as_integers():
+    good, bad = io.validate(pa.record_batch({"b": pa.array([True, None, False])}), [io.ColumnSpec("b", "int")])
+    assert good.column("b").to_pylist() == [1, 0] and bad.column(io.REASON).to_pylist() == ["b: null"]

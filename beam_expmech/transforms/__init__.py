@@ -1,8 +1,9 @@
-"""Beam transforms: read and validate batches, bound contributions, count predicates, select privately."""
+"""Beam transforms: read and validate batches (of files or rows), bound contributions, count, select privately."""
 
 from beam_expmech.transforms.bounding import BoundContributions
 from beam_expmech.transforms.counts import GatherCounts, PredicateCounts
 from beam_expmech.transforms.read import ReadRecordBatches, ValidateBatches, WriteDeadLetter
+from beam_expmech.transforms.rows import RowsToBatches
 from beam_expmech.transforms.select import PrivateSelect
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "PredicateCounts",
     "PrivateSelect",
     "ReadRecordBatches",
+    "RowsToBatches",
     "ValidateBatches",
     "WriteDeadLetter",
 ]

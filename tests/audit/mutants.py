@@ -38,6 +38,7 @@ SHIPPED_SELECT = f"{PIPELINE}::test_select_as_shipped"
 LEARN = "tests/audit/test_audit_learn.py"
 QUANTILES = "tests/audit/test_audit_quantiles.py"
 INPUT = "tests/audit/test_audit_input.py::test_each_unit_counts_min_k_of_its_valid_rows"
+ROWS = "tests/audit/test_audit_rows.py"
 
 MUTANTS = [
     Mutant(
@@ -194,6 +195,28 @@ MUTANTS = [
         "if parsed is None or parsed[0].num_rows + len(parsed[1]) != numbers.size:",
         "if parsed is None:",
         (f"{INPUT}[csv_unclosed_quotes]",),
+    ),
+    Mutant(
+        'rows: a unit of another type than its declared one counts as a unit of its own (5 and "5")',
+        "beam_expmech/transforms/rows.py",
+        "if identity is not None and not kinds <= {identity, type(None)}:",
+        "if False:",
+        (f"{ROWS}::test_each_unit_counts_min_k_of_its_valid_rows[int]",),
+    ),
+    Mutant(
+        "rows: a unit 5 in a dict is built as text, not the unit 5 of a file's integer column",
+        "beam_expmech/transforms/rows.py",
+        "arrays.append(pa.array(values, PLAIN_TYPES[kind]))",
+        "arrays.append(pa.array([None if v is None else str(v) for v in values]) if kind is int else "
+        "pa.array(values, PLAIN_TYPES[kind]))",
+        (f"{ROWS}::test_a_unit_from_rows_is_the_same_unit_read_from_a_file[int]",),
+    ),
+    Mutant(
+        "rows: a dead-letter reason quotes the value",
+        "beam_expmech/transforms/rows.py",
+        'flag(f"{spec.name}: {problem}", mask)',
+        'flag(f"{spec.name}: {problem} {[v for v, m in zip(values, mask) if m][:1]}", mask)',
+        ("tests/test_rows.py::test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value",),
     ),
     Mutant(
         "a uint64 unit beyond int64 wraps onto another person's unit (review 2, finding 4)",

@@ -1,0 +1,197 @@
+"""Rows already in a pipeline (dicts, beam.Row, NamedTuples) as validated record batches.
+
+The way in for data that comes from BigQuery, Kafka or a database as a PCollection rather than from
+files. Rows are gathered into batches; each declared column becomes one Arrow array per batch (built
+once from a list, never one Arrow object per row); and the batches go through the files' validation
+(``ValidateBatches``, that is ``io.validate``): one converter per column kind, and one canonical form
+per privacy unit whatever the path (a unit 5 in a dict is the unit 5 of a file's integer column).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+
+from beam_expmech import io, parameters
+from beam_expmech.transforms.read import ValidateBatches
+
+# The Python types a value may have, and the Arrow type a column of one of them is built as. Anything
+# else (a Decimal, a datetime, a list, a dict, a numpy scalar) goes to the dead letter: the Arrow type
+# pyarrow would infer for it depends on the value (a decimal's digits, a dict's keys), and a reason
+# naming that type would quote them.
+PLAIN_TYPES = {type(None): pa.null(), bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string(),
+               bytes: pa.binary()}  # fmt: skip
+IDENTITY_TYPES = (int, float, str, bytes)
+_INT64 = (-(2**63), 2**63)
+_MISSING = object()  # a field the row does not have
+
+
+class RowsToBatches(beam.PTransform):
+    """col: dicts, beam.Row or NamedTuples -> validated record batches of exactly the declared columns.
+
+    ``schema``: the ``io.ColumnSpec`` list a file pipeline declares (privacy unit included). Rows carry no
+    column types, so each identity column (kind "any") needs its values' Python type in ``identity_types``
+    (int, float, str or bytes): a file's column has one type, and without one declared, 5 in one row and
+    "5" in another would be two units. ``batch_size``: the most rows per batch.
+
+    Returns, as ``ValidateBatches`` does, a tuple of PCollections tagged ``good`` (RecordBatch, each column
+    in its kind's canonical type) and ``dead`` (pyarrow.Table: the declared columns as text, a field the
+    row lacks as null, and ``reason``), so ``WriteDeadLetter`` writes either path's dead letter. A row is
+    dead if validation rejects it as it would a file's, or if it is no dict, beam.Row or NamedTuple, lacks
+    a declared field, holds a value that is not None, a bool, an int of 64 bits, a float, a str of UTF-8
+    text or bytes, or an identity not of its declared type. Reasons name the column and the problem, never
+    a value; the dead letter itself holds raw data (an operator's file, never a release). Bad rows are
+    counted in the non-private counter ``dead_letter_rows``; fields not declared are not read.
+    """
+
+    def __init__(
+        self,
+        *,
+        schema: Sequence[io.ColumnSpec],
+        batch_size: int = io.BATCH_ROWS,
+        identity_types: Mapping[str, type] | None = None,
+    ):
+        super().__init__()
+        self.specs = list(schema)
+        if not self.specs or not all(isinstance(spec, io.ColumnSpec) for spec in self.specs):
+            raise ValueError("schema must be a non-empty list of io.ColumnSpec")
+        names = [spec.name for spec in self.specs]
+        twice = [name for name in names if names.count(name) > 1]
+        if twice:
+            raise ValueError(f"schema declares column {twice[0]!r} more than once")
+        self.batch_size = parameters.count(batch_size, "batch_size")
+        self.identity_types = dict(identity_types or {})
+        identities = [spec.name for spec in self.specs if spec.kind == "any"]
+        for name in identities:
+            if self.identity_types.get(name) not in IDENTITY_TYPES:
+                raise ValueError(f"column {name!r} is of kind 'any': identity_types must give its values' type "
+                                 "(int, float, str or bytes)")  # fmt: skip
+        others = sorted(set(self.identity_types) - set(identities))
+        if others:
+            raise ValueError(f"identity_types names {others[0]!r}, which is no column of kind 'any' in the schema")
+
+    def expand(self, rows):
+        size = self.batch_size
+        return (
+            rows
+            | "Batch" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)  # col: [row]
+            | "Columns" >> beam.FlatMap(rows_as_batches, self.specs, self.identity_types)  # col: RecordBatch
+            | "Validate" >> ValidateBatches(self.specs)
+        )
+
+
+def rows_as_batches(
+    rows: Sequence, specs: Sequence[io.ColumnSpec], identity_types: Mapping[str, type]
+) -> Iterator[pa.RecordBatch | io.MalformedRows]:
+    """The declared columns of ``rows`` as record batches for ``io.validate``, one per mix of value types
+    (each column of a batch holds one Python type, built as the Arrow type ``PLAIN_TYPES`` gives it), and
+    as ``io.MalformedRows`` the rows that make no such record (see ``RowsToBatches``)."""
+    records = [_fields(row) for row in rows]
+    reason = np.full(len(records), -1, dtype=np.int32)  # index into texts, -1 for a row that makes a record
+    texts: list[str] = []
+
+    def flag(problem: str, mask: np.ndarray) -> None:  # the first problem found is the one recorded
+        reason[mask & (reason < 0)] = len(texts)
+        texts.append(problem)
+
+    flag("not a row (a dict, beam.Row or NamedTuple)", np.array([r is None for r in records], dtype=bool))
+    columns = {}
+    for spec in specs:
+        values = [_MISSING if r is None else r.get(spec.name, _MISSING) for r in records]
+        for problem, mask in _problems(values, identity_types.get(spec.name)):
+            flag(f"{spec.name}: {problem}", mask)
+        columns[spec.name] = values
+    bad = reason >= 0
+    if bad.any():
+        dead = {name: pa.array([_dead_text(v) for v, b in zip(values, bad, strict=True) if b], pa.string())
+                for name, values in columns.items()}  # fmt: skip
+        dead[io.REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
+        yield io.MalformedRows(pa.table(dead))
+        columns = {name: [v for v, b in zip(values, bad, strict=True) if not b] for name, values in columns.items()}
+    if not bad.all():
+        yield from _batches_by_type(columns)
+
+
+def _fields(row) -> Mapping | None:
+    if type(row) is dict or isinstance(row, Mapping):  # the first test is the fast one
+        return row
+    if hasattr(row, "_asdict"):  # beam.Row and NamedTuples
+        return row._asdict()
+    return None
+
+
+def _problems(values: list, identity: type | None) -> list[tuple[str, np.ndarray]]:
+    """(problem, mask) pairs for what makes a value unfit for an Arrow column of its Python type (the
+    checks cost a pass over the values only when a batch holds such a value)."""
+    kinds = set(map(type, values))
+    problems = []
+    if not kinds <= PLAIN_TYPES.keys():
+        problems.append(("missing", _where(values, lambda v: v is _MISSING)))
+        problems.append(("not None, a bool, an int, a float, a str or bytes",
+                         _where(values, lambda v: v is not _MISSING and type(v) not in PLAIN_TYPES)))  # fmt: skip
+    ints = values if kinds == {int} else [v for v in values if type(v) is int] if int in kinds else []
+    if ints and not (_INT64[0] <= min(ints) and max(ints) < _INT64[1]):
+        problems.append(("out of the 64-bit range", _where(values, lambda v: type(v) is int and not _fits(v))))
+    if str in kinds and not _encodes("".join(v for v in values if type(v) is str)):
+        problems.append(("not UTF-8 text (a lone surrogate)",
+                         _where(values, lambda v: type(v) is str and not _encodes(v))))  # fmt: skip
+    if identity is not None and not kinds <= {identity, type(None)}:
+        other = set(PLAIN_TYPES) - {identity, type(None)}
+        problems.append(
+            (f"not of the declared identity type {identity.__name__}", _where(values, lambda v: type(v) in other))
+        )
+    return problems
+
+
+def _where(values: list, test: Callable[[object], bool]) -> np.ndarray:
+    return np.fromiter(map(test, values), dtype=bool, count=len(values))
+
+
+def _fits(value: int) -> bool:
+    return _INT64[0] <= value < _INT64[1]
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _dead_text(value) -> str | None:
+    """A rejected row's value as the dead letter's text (an operator's file: raw data)."""
+    if value is None or value is _MISSING:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate as \udxxx
+    return str(value)
+
+
+def _batches_by_type(columns: dict[str, list]) -> Iterator[pa.RecordBatch]:
+    """One record batch per mix of types of the columns that hold several (None counting as one): a
+    value's Arrow type, and so its canonical form, comes from its own type, never from its neighbours'
+    (an int beside a float would become a float, and lose digits beyond 2^53)."""
+    mixed = [name for name, values in columns.items() if len(set(map(type, values)) - {type(None)}) > 1]
+    if not mixed:
+        yield _batch(columns)
+        return
+    groups = defaultdict(list)
+    for i, key in enumerate(zip(*(map(type, columns[name]) for name in mixed), strict=True)):
+        groups[key].append(i)
+    for rows in groups.values():
+        yield _batch({name: [values[i] for i in rows] for name, values in columns.items()})
+
+
+def _batch(columns: dict[str, list]) -> pa.RecordBatch:
+    arrays = []
+    for values in columns.values():
+        (kind,) = set(map(type, values)) - {type(None)} or {type(None)}
+        arrays.append(pa.array(values, PLAIN_TYPES[kind]))
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
