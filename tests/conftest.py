@@ -1,19 +1,18 @@
-"""Shared test helpers: goodness of fit of a sampler against its exact pmf (docs/DESIGN.md section 5)."""
+"""Fixtures and hooks for every test. Helpers live in tests/support/, importable by name from any test
+(``from beam_data import purchases``): this file puts that folder on the path, since the tests import
+in pytest's importlib mode (pytest.ini), where test files in different folders may share a name."""
 
 from __future__ import annotations
 
 import itertools
-import math
-import subprocess
 import sys
-from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 import audit_log
 import numpy as np
 import pytest
-from scipy import stats
-
-FALSE_FAILURE_RATE = 1e-6
 
 
 def pytest_addoption(parser):
@@ -37,58 +36,6 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "airflow: runs the Airflow DAG in its own virtual environment (make test-airflow)"
     )
-
-
-def assert_follows(samples: list, pmf: dict) -> float:
-    """Chi-square test of ``samples`` against ``pmf`` (outcome -> probability), alpha = 1e-6; the p-value.
-
-    Outcomes the pmf gives probability 0 must never occur; outcomes expected fewer than 5 times
-    are pooled so the chi-square approximation holds.
-    """
-    counts = Counter(samples)
-    impossible = [o for o in counts if pmf.get(o, 0.0) == 0.0]
-    assert not impossible, f"drew outcomes of probability 0: {impossible}"
-    n = len(samples)
-    outcomes = sorted(pmf, key=lambda o: pmf[o])
-    observed, expected, pool_o, pool_e = [], [], 0, 0.0
-    for o in outcomes:
-        if pmf[o] * n < 5:
-            pool_o += counts.get(o, 0)
-            pool_e += pmf[o] * n
-        else:
-            observed.append(counts.get(o, 0))
-            expected.append(pmf[o] * n)
-    if pool_e > 0:
-        observed.append(pool_o)
-        expected.append(pool_e)
-    if len(observed) < 2:
-        return 1.0
-    expected = np.array(expected) * (n / sum(expected))
-    p_value = stats.chisquare(observed, expected).pvalue
-    assert p_value > FALSE_FAILURE_RATE, f"sampler does not follow its pmf: p = {p_value:.3g}"
-    return p_value
-
-
-def peeling_pmf(scores, k, epsilon, sensitivity, monotonic=False):
-    """P(ordered k-tuple) for k rounds of the exponential mechanism with epsilon / k each (the definition)."""
-    c = 1 if monotonic else 2
-    pmf = {}
-    for seq in itertools.permutations(range(len(scores)), k):
-        p, remaining = 1.0, set(range(len(scores)))
-        for r in seq:
-            weights = {j: math.exp(epsilon / k * scores[j] / (c * sensitivity)) for j in remaining}
-            p *= weights[r] / sum(weights.values())
-            remaining.remove(r)
-        pmf[seq] = p
-    return pmf
-
-
-def assert_usage_error(module: str, flags: dict, message: str) -> None:
-    """``python -m module`` with ``flags`` stops with exit code 2 and one line naming ``message``."""
-    run = subprocess.run([sys.executable, "-m", module, *[x for kv in flags.items() for x in kv]],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    lines = run.stderr.strip().splitlines()
-    assert run.returncode == 2 and len(lines) == 1 and message in lines[0], run.stderr
 
 
 @pytest.fixture

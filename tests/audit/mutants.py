@@ -216,7 +216,7 @@ MUTANTS = [
         "beam_expmech/transforms/rows.py",
         'flag(f"{spec.name}: {problem}", mask)',
         'flag(f"{spec.name}: {problem} {[v for v, m in zip(values, mask) if m][:1]}", mask)',
-        ("tests/test_rows.py::test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value",),
+        ("tests/transforms/test_rows.py::test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value",),
     ),
     Mutant(
         "a uint64 unit beyond int64 wraps onto another person's unit (review 2, finding 4)",
@@ -244,7 +244,7 @@ MUTANTS = [
         "beam_expmech/mechanisms/joint_quantiles.py",
         "    best = int(chain.min())\n",
         "    best = 0\n",
-        ("tests/test_joint_quantiles.py::test_a_draw_takes_about_one_proposal_whatever_the_data",),
+        ("tests/mechanisms/test_joint_quantiles.py::test_a_draw_takes_about_one_proposal_whatever_the_data",),
     ),
     Mutant(
         "AIM claims a monotone score (its score is an error, not a count)",

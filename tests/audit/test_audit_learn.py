@@ -28,9 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from audit_log import LONG
-from privacy_loss import PrivacyLoss, histogram_neighbours, record_sampler
+from privacy_loss import DRAWS, PrivacyLoss, histogram_neighbours, log_ratio_lower_bound, record_sampler
 from scipy.special import logsumexp
-from test_audit_pipeline import DRAWS, log_ratio_lower_bound
 
 from beam_expmech import halfspaces
 from beam_expmech.accounting import Release

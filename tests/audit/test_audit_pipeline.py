@@ -25,16 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from audit_log import LONG
-from conftest import assert_follows, peeling_pmf
-from privacy_loss import PrivacyLoss, record_sampler, score_neighbours
-from scipy.stats import beta
+from privacy_loss import DRAWS, PrivacyLoss, log_ratio_lower_bound, record_sampler, score_neighbours
+from sampling import assert_follows, peeling_pmf
 
 from beam_expmech.mechanisms import exponential_mechanism, permute_and_flip_probabilities
 from pipelines import common, select
 
-DRAWS = 30_000 if LONG else 3_000
-CONFIDENCE = 0.999
 LABELS = ("a", "b", "c", "d", "e", "f", "g")
 MAX_ROWS = 2  # K rows per user: sensitivity 2
 # D: three users with two rows each on candidates 0, 1, 5 and 6 (counts 6 6 0 0 0 6 6: ties everywhere);
@@ -42,27 +38,6 @@ MAX_ROWS = 2  # K rows per user: sensitivity 2
 D_ITEMS = [item for item in (0, 1, 5, 6) for _ in range(3 * MAX_ROWS)]
 D_USERS = [i // MAX_ROWS for i in range(len(D_ITEMS))]
 NEW_USER, NEW_ITEMS = 1000, [0, 0, 0]
-
-
-def clopper_pearson(successes: int, trials: int) -> tuple[float, float]:
-    tail = (1 - CONFIDENCE) / 2
-    low = beta.ppf(tail, successes, trials - successes + 1) if successes else 0.0
-    high = beta.ppf(1 - tail, successes + 1, trials - successes) if successes < trials else 1.0
-    return low, high
-
-
-def log_ratio_lower_bound(a: np.ndarray, b: np.ndarray, draws: int = DRAWS) -> tuple[float, float]:
-    """(the observed max |ln p/q| over outcomes, its lower confidence bound), from hit counts."""
-    observed, certain = 0.0, 0.0
-    for x, y in ((a, b), (b, a)):
-        for hits_x, hits_y in zip(x, y, strict=True):
-            if hits_x and hits_y:
-                observed = max(observed, abs(math.log(hits_x / hits_y)))
-            low_x, _ = clopper_pearson(int(hits_x), draws)
-            _, high_y = clopper_pearson(int(hits_y), draws)
-            if low_x > 0:
-                certain = max(certain, math.log(low_x / high_y))
-    return observed, certain
 
 
 def command_line(tmp_path, *, top_k: int, mechanism: str, labelled: bool, shard_size: int) -> list[str]:

@@ -17,10 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from privacy_loss import PrivacyLoss, histogram_neighbours, record_sampler
-from test_audit_pipeline import DRAWS, log_ratio_lower_bound
-from test_joint_quantiles import definition_pmf
-from test_quantiles import reference_pmf
+from privacy_loss import DRAWS, PrivacyLoss, histogram_neighbours, log_ratio_lower_bound, record_sampler
+from references import definition_pmf, reference_pmf
 
 from beam_expmech import io
 from beam_expmech.accounting import Release

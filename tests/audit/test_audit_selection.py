@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 import pytest
-from conftest import peeling_pmf
 from privacy_loss import PrivacyLoss, record_sampler, score_neighbours
+from sampling import peeling_pmf
 
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import (

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
-from mutants import MUTANTS, occurrences
+
+# mutants.py is a script (make audit-mutants) beside this file; imported by its path.
+_SPEC = importlib.util.spec_from_file_location("mutants", Path(__file__).with_name("mutants.py"))
+mutants = sys.modules["mutants"] = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(mutants)
+MUTANTS, occurrences = mutants.MUTANTS, mutants.occurrences
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from corpus import CASES, ITEMS, SECRET, Case, big_unit_rows, clean_rows, csv_text, write_corpus
+from corpus_cases import CASES, ITEMS, SECRET, Case, big_unit_rows, clean_rows, csv_text, write_corpus
 
 from beam_expmech.ledger import Ledger
 from pipelines import common, learn, quantiles, select, synthesize

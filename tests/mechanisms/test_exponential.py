@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import assert_follows
+from sampling import assert_follows
 
 from beam_expmech.mechanisms import accuracy_bound, exact, exponential_mechanism, selection_probabilities, top_k
 from beam_expmech.mechanisms.exponential import log_weights

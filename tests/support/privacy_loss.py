@@ -13,8 +13,10 @@ import math
 from collections.abc import Iterable, Iterator
 
 import numpy as np
-from conftest import FALSE_FAILURE_RATE, assert_follows
+from audit_log import LONG
+from sampling import FALSE_FAILURE_RATE, assert_follows
 from scipy.special import logsumexp
+from scipy.stats import beta
 
 ALPHAS = (1.5, 2.0, 4.0, 16.0)
 
@@ -101,3 +103,29 @@ def record_sampler(audit, subject: str, draws: list, pmf: dict) -> None:
     p_value = assert_follows(draws, pmf)
     audit.check(subject, "sampler vs pmf: -log10 p (chi-square)", cases=len(draws), worst=-math.log10(p_value),
                 bound=-math.log10(FALSE_FAILURE_RATE))  # fmt: skip
+
+
+# --- black-box checks on neighbouring datasets: seeded runs, hit counts, a confidence bound -------------
+DRAWS = 30_000 if LONG else 3_000  # runs of a release step on each of two neighbouring datasets
+CONFIDENCE = 0.999
+
+
+def clopper_pearson(successes: int, trials: int) -> tuple[float, float]:
+    tail = (1 - CONFIDENCE) / 2
+    low = beta.ppf(tail, successes, trials - successes + 1) if successes else 0.0
+    high = beta.ppf(1 - tail, successes + 1, trials - successes) if successes < trials else 1.0
+    return low, high
+
+
+def log_ratio_lower_bound(a: np.ndarray, b: np.ndarray, draws: int = DRAWS) -> tuple[float, float]:
+    """(the observed max |ln p/q| over outcomes, its lower confidence bound), from hit counts."""
+    observed, certain = 0.0, 0.0
+    for x, y in ((a, b), (b, a)):
+        for hits_x, hits_y in zip(x, y, strict=True):
+            if hits_x and hits_y:
+                observed = max(observed, abs(math.log(hits_x / hits_y)))
+            low_x, _ = clopper_pearson(int(hits_x), draws)
+            _, high_y = clopper_pearson(int(hits_y), draws)
+            if low_x > 0:
+                certain = max(certain, math.log(low_x / high_y))
+    return observed, certain

@@ -20,7 +20,7 @@ import pytest
 from beam_expmech.ledger import Ledger, budget_of
 
 AIRFLOW_PYTHON = os.environ.get("BEAM_EXPMECH_AIRFLOW_PYTHON")
-DAG_FILE = Path(__file__).resolve().parents[1] / "deploy" / "airflow" / "beam_expmech_releases.py"
+DAG_FILE = Path(__file__).resolve().parents[2] / "deploy" / "airflow" / "beam_expmech_releases.py"
 DOMAIN = {"age": 5, "region": 4, "item": 10}
 
 pytestmark = [

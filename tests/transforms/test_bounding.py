@@ -9,9 +9,9 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.testing.util import assert_that
-from conftest import assert_follows
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sampling import assert_follows
 
 from beam_expmech.transforms.bounding import (
     PRIORITY,

@@ -7,7 +7,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from conftest import assert_follows
+from sampling import assert_follows
 
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, junction_tree

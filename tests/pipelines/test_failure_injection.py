@@ -16,7 +16,7 @@ from beam_expmech import io
 from beam_expmech.ledger import Ledger
 from pipelines import common, select
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def select_args(data: Path, out: Path, ledger: str, epsilon: float = 1.0) -> list[str]:

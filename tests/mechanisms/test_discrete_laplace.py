@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import assert_follows
+from sampling import assert_follows
 
 from beam_expmech.mechanisms.discrete_laplace import bernoulli_exp_minus, discrete_laplace_mechanism
 from beam_expmech.mechanisms.randomness import random_source

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from beam_expmech.predicates import MarginalWorkload
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def csv_path(name: str) -> Path:

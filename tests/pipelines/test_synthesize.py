@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_usage_error
+from commands import assert_usage_error
 from public_tables import DATA
 
 from beam_expmech.accounting import zcdp_to_epsilon

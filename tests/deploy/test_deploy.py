@@ -19,7 +19,7 @@ from public_tables import DATA
 from deploy.dataflow import metadata as template_metadata
 from pipelines import common, learn, quantiles, select, synthesize
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NLTCS = DATA / "nltcs"
 MODULES = {"select": select, "quantiles": quantiles, "learn": learn, "synthesize": synthesize}
 

@@ -3,31 +3,12 @@ histograms and the exact sampler against the pmf: tests/audit)."""
 
 from __future__ import annotations
 
-import itertools
-import math
-
 import numpy as np
 import pytest
+from references import definition_pmf
 
 from beam_expmech.mechanisms.joint_quantiles import joint_probabilities, joint_problem, joint_quantiles, propose
 from beam_expmech.mechanisms.randomness import random_source
-
-
-def definition_pmf(histogram, edges, qs, epsilon, max_rows=1):
-    """Independent of the library: enumerate bin sequences, score with floats, volume with k!."""
-    n, widths = sum(histogram), np.diff(edges)
-    below = [sum(histogram[: b + 1]) for b in range(len(histogram))]  # points sit at left edges
-    targets = [0, *qs, 1]
-    weights = {}
-    for bins in itertools.combinations_with_replacement(range(len(histogram)), len(qs)):
-        ranks = [0] + [below[b] for b in bins] + [n]
-        u = -sum(abs(ranks[j] - ranks[j - 1] - (targets[j] - targets[j - 1]) * n) for j in range(1, len(ranks)))
-        volume = math.prod(widths[b] for b in bins) / math.prod(
-            math.factorial(len(list(g))) for _, g in itertools.groupby(bins)
-        )
-        weights[bins] = volume * math.exp(epsilon * u / (2 * 2 * max_rows))
-    total = sum(weights.values())
-    return {bins: w / total for bins, w in weights.items()}
 
 
 def test_pmf_matches_the_definition():
