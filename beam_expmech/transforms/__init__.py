@@ -1,7 +1,10 @@
-"""Beam transforms: read and validate batches, bound contributions, count predicates, select privately."""
+"""Beam transforms: read and validate batches, bound contributions, count predicates, release privately
+(a selection, quantiles, a halfspace)."""
 
 from beam_expmech.transforms.bounding import BoundContributions
 from beam_expmech.transforms.counts import GatherCounts, PredicateCounts
+from beam_expmech.transforms.halfspace import PrivateHalfspace
+from beam_expmech.transforms.quantiles import PrivateQuantiles
 from beam_expmech.transforms.read import ReadRecordBatches, ValidateBatches, WriteDeadLetter
 from beam_expmech.transforms.select import PrivateSelect
 
@@ -9,6 +12,8 @@ __all__ = [
     "BoundContributions",
     "GatherCounts",
     "PredicateCounts",
+    "PrivateHalfspace",
+    "PrivateQuantiles",
     "PrivateSelect",
     "ReadRecordBatches",
     "ValidateBatches",
