@@ -55,7 +55,7 @@ class PrivateHalfspace(beam.PTransform):
         return Release.exponential_mechanism(self.epsilon, f"halfspace over {self.candidates.num_features} features")
 
     def release(self, pattern_counts: np.ndarray) -> list[float]:
-        """The same draw in one process, from the summed pattern counts (audits, small jobs): the chosen weights."""
+        """What ``expand`` draws, in one process (audits, small jobs): the chosen candidate's weights."""
         scores = halfspaces.fit_counts(np.asarray(pattern_counts), self.candidates)
         chosen = exponential_mechanism(
             scores, epsilon=self.epsilon, sensitivity=self.sensitivity, monotonic=True, rng=random_source(self.seed)

@@ -29,7 +29,7 @@ JOINT_BINS = 1024  # JointExp's sampler is quadratic in bins
 METHODS = ("independent", "joint")
 
 
-def checked_quantiles(quantiles: Iterable[float]) -> tuple[float, ...]:
+def _checked_quantiles(quantiles: Iterable[float]) -> tuple[float, ...]:
     """The quantiles, sorted: at least one, each strictly between 0 and 1, no two equal."""
     if isinstance(quantiles, str) or not isinstance(quantiles, Iterable):
         raise ValueError(f"quantiles must be a list of numbers, got {quantiles!r}")
@@ -65,7 +65,7 @@ class PrivateQuantiles(beam.PTransform):
     ):
         super().__init__()
         self.epsilon = parameters.positive_finite(epsilon, "epsilon")
-        self.quantiles = checked_quantiles(quantiles)
+        self.quantiles = _checked_quantiles(quantiles)
         if not isinstance(family, HistogramCounts):
             raise ValueError(f"family must be a HistogramCounts (its public grid), got {type(family).__name__}")
         self.family = family
@@ -93,7 +93,8 @@ class PrivateQuantiles(beam.PTransform):
             raise ValueError(f"these quantiles cannot be released on this grid: {io.first_line(error)}") from None
 
     def release(self, histogram: np.ndarray) -> dict[str, float]:
-        """The same draw in one process, from the summed histogram (audits, small jobs)."""
+        """What ``expand`` draws, in one process (audits, small jobs): each quantile (as ``f"{q:g}"``) to its
+        private value, in increasing order."""
         histogram = np.asarray(histogram)
         bins, edges = self.family.num_candidates, self.family.edges
         if histogram.shape != (bins,):
