@@ -1,5 +1,4 @@
-"""Beam transforms: read and validate batches, bound contributions, count predicates, release privately
-(a selection, quantiles, a halfspace)."""
+"""Beam transforms: read and validate batches, bound contributions, count predicates, select privately."""
 
 from beam_expmech.transforms.bounding import BoundContributions
 from beam_expmech.transforms.counts import GatherCounts, PredicateCounts
