@@ -16,19 +16,14 @@ parameters are released; the training accuracy is not (it would be a non-private
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-from collections.abc import Callable
 
 import apache_beam as beam
-import numpy as np
 
 from beam_expmech import halfspaces, io
-from beam_expmech.accounting import Release
-from beam_expmech.mechanisms import accuracy_bound, exponential_mechanism
-from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import MarginalCounts
-from beam_expmech.transforms import GatherCounts
+from beam_expmech.transforms import GatherCounts, PrivateHalfspace
 from pipelines import common
 
 BETA = 0.05
@@ -94,42 +89,15 @@ def candidate_matrix(args: argparse.Namespace, num_features: int) -> halfspaces.
     )
 
 
-def sensitivity(args: argparse.Namespace) -> int:
-    """Each privacy unit adds or removes at most K records (1 without --privacy-unit): each score moves by K."""
-    return args.max_rows_per_unit or 1
-
-
-def release_halfspace(
-    patterns: np.ndarray, *, candidates: halfspaces.Candidates, epsilon: float, sensitivity: int, public: dict, seed
-) -> dict:
-    """The only step that sees the pattern counts: score every candidate, pick one privately."""
-    scores = halfspaces.fit_counts(patterns, candidates)
-    chosen = exponential_mechanism(
-        scores, epsilon=epsilon, sensitivity=sensitivity, monotonic=True, rng=random_source(seed)
-    )
-    return {"weights": candidates.weights(chosen), **public}
-
-
-def final_step(
-    args: argparse.Namespace, candidates: halfspaces.Candidates, public: dict
-) -> Callable[[np.ndarray], dict]:
+def final_step(args: argparse.Namespace, candidates: halfspaces.Candidates) -> PrivateHalfspace:
     """The final step the command line asks for, on the gathered pattern counts (also run by the privacy audit).
 
-    epsilon-DP: the exponential mechanism over fit counts, monotone with sensitivity K.
+    Sensitivity: each privacy unit adds or removes at most K = --max-rows-per-unit records (1 without a unit
+    column), so each fit count moves by at most K.
     """
-    return functools.partial(
-        release_halfspace,
-        candidates=candidates,
-        epsilon=args.epsilon,
-        sensitivity=sensitivity(args),
-        public=public,
-        seed=args.seed,
+    return PrivateHalfspace(
+        epsilon=args.epsilon, candidates=candidates, max_rows=args.max_rows_per_unit or 1, seed=args.seed
     )
-
-
-def charged(args: argparse.Namespace, features: list[str]) -> Release:
-    """What the release costs: one exponential mechanism, epsilon-DP and epsilon^2/8-zCDP."""
-    return Release.exponential_mechanism(args.epsilon, f"halfspace over {len(features)} features")
 
 
 def pattern_family(args: argparse.Namespace, features: list[str]) -> tuple[MarginalCounts, list[io.ColumnSpec]]:
@@ -144,20 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     common.check_unit_flags(args)
     features = feature_columns(args)
     candidates = candidate_matrix(args, len(features))
+    step = final_step(args, candidates)
     family, specs = pattern_family(args, features)
     loss = accuracy_bound(
-        epsilon=args.epsilon, sensitivity=sensitivity(args), beta=BETA, num_candidates=len(candidates), monotonic=True
+        epsilon=step.epsilon, sensitivity=step.sensitivity, beta=BETA, num_candidates=len(candidates), monotonic=True
     )
     files = common.check_input(args, specs)
 
-    cost = charged(args, features)
     public = {
         "features": features,
         "label": args.label,
         "rule": "sum(weights[j] * features[j]) >= label",
         "mechanism": "exponential",
         "epsilon": args.epsilon,
-        "sensitivity": sensitivity(args),
+        "sensitivity": step.sensitivity,
         "monotonic": True,
         "num_candidates": len(candidates),
         "privacy_unit": args.privacy_unit,
@@ -165,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": {"beta": BETA, "records_fit_below_best": loss},
         "private_randomness": args.seed is None,
     }
-    release = GatherCounts() | "Halfspace" >> beam.Map(final_step(args, candidates, public))
-    if common.dry_run(args, cost, files, public):
+    release = GatherCounts() | step | "Manifest" >> beam.Map(lambda weights: {"weights": weights, **public})
+    if common.dry_run(args, step.cost, files, public):
         return 0
-    with common.charge(args, cost, "learn"):  # before any row is read
+    with common.charge(args, step.cost, "learn"):  # before any row is read
         released = common.run_counting_job(args, beam_args, files, specs, family, release)
     print(
         f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "

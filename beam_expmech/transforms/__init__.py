@@ -2,6 +2,8 @@
 
 from beam_expmech.transforms.bounding import BoundContributions
 from beam_expmech.transforms.counts import GatherCounts, PredicateCounts
+from beam_expmech.transforms.halfspace import PrivateHalfspace
+from beam_expmech.transforms.quantiles import PrivateQuantiles
 from beam_expmech.transforms.read import ReadRecordBatches, ValidateBatches, WriteDeadLetter
 from beam_expmech.transforms.rows import RowsToBatches
 from beam_expmech.transforms.select import PrivateSelect
@@ -10,6 +12,8 @@ __all__ = [
     "BoundContributions",
     "GatherCounts",
     "PredicateCounts",
+    "PrivateHalfspace",
+    "PrivateQuantiles",
     "PrivateSelect",
     "ReadRecordBatches",
     "RowsToBatches",

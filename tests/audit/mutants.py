@@ -107,8 +107,8 @@ MUTANTS = [
     Mutant(
         "learn's sensitivity ignores the K rows per unit",
         "pipelines/learn.py",
-        "return args.max_rows_per_unit or 1",
-        "return 1",
+        "max_rows=args.max_rows_per_unit or 1,",
+        "max_rows=1,",
         (f"{LEARN}::test_learn_pmf_on_neighbouring_histograms[integer-grid]",),
     ),
     Mutant(
@@ -135,9 +135,9 @@ MUTANTS = [
     ),
     Mutant(
         "independent quantiles spend epsilon on each quantile instead of epsilon / m",
-        "pipelines/quantiles.py",
-        "        each = epsilon / len(quantiles)\n        values = [",
-        "        each = epsilon\n        values = [",
+        "beam_expmech/transforms/quantiles.py",
+        "each = self.epsilon / len(self.quantiles)",
+        "each = self.epsilon",
         (f"{QUANTILES}::test_release_step_follows_the_ideal_pmf[independent-grid0-histogram0]",),
     ),
     Mutant(
@@ -149,9 +149,9 @@ MUTANTS = [
     ),
     Mutant(
         "JointExp on a regrouped grid gets the wrong bin edges",
-        "pipelines/quantiles.py",
-        "joint_quantiles(coarse, family.edges[cuts], ordered,",
-        "joint_quantiles(coarse, family.edges[: coarse.size + 1], ordered,",
+        "beam_expmech/transforms/quantiles.py",
+        "coarse, edges[cuts], list(self.quantiles),",
+        "coarse, edges[: coarse.size + 1], list(self.quantiles),",
         (f"{QUANTILES}::test_release_step_follows_the_ideal_pmf[joint-grid2-histogram2]",),
     ),
     Mutant(
@@ -227,16 +227,16 @@ MUTANTS = [
     ),
     Mutant(
         "quantiles charged epsilon / m (the ledger under-charges m times; review 1)",
-        "pipelines/quantiles.py",
-        "return Release.exponential_mechanism(args.epsilon, f",
-        "return Release.exponential_mechanism(args.epsilon / len(parse_quantiles(args.quantiles)), f",
+        "beam_expmech/transforms/quantiles.py",
+        "return Release.exponential_mechanism(self.epsilon, f",
+        "return Release.exponential_mechanism(self.epsilon / len(self.quantiles), f",
         ("tests/audit/test_audit_charges.py::test_quantiles_charge_covers_its_final_step",),
     ),
     Mutant(
         "learn charged half its epsilon",
-        "pipelines/learn.py",
-        'return Release.exponential_mechanism(args.epsilon, f"halfspace',
-        'return Release.exponential_mechanism(args.epsilon / 2, f"halfspace',
+        "beam_expmech/transforms/halfspace.py",
+        'return Release.exponential_mechanism(self.epsilon, f"halfspace',
+        'return Release.exponential_mechanism(self.epsilon / 2, f"halfspace',
         ("tests/audit/test_audit_charges.py::test_learn_charge_covers_its_final_step",),
     ),
     Mutant(

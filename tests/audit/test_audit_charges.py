@@ -21,13 +21,12 @@ def test_quantiles_charge_covers_its_final_step(audit, method):
     args, _ = quantiles.parse_args(["--input", "x", "--column", "v", "--quantiles", "0.25,0.5,0.75", "--method",
                                     method, "--lower", "0", "--upper", "8", "--bins", "8", "--epsilon", "1.5",
                                     "--output", "x.json"])  # fmt: skip
-    step = quantiles.release_step(args, HistogramCounts(args.column, args.lower, args.upper, args.bins), {})
-    check_charge(audit, f"pipelines.quantiles {method}: charge", quantiles.charged(args), step.keywords["epsilon"])
+    step = quantiles.final_step(args, HistogramCounts(args.column, args.lower, args.upper, args.bins))
+    check_charge(audit, f"pipelines.quantiles {method}: charge", step.cost, step.epsilon)
 
 
 def test_learn_charge_covers_its_final_step(audit):
     args, _ = learn.parse_args(["--input", "x", "--features", "a,b", "--label", "y", "--weights", "-1,0,1",
                                 "--epsilon", "0.7", "--output", "x.json"])  # fmt: skip
-    features = learn.feature_columns(args)
-    step = learn.final_step(args, learn.candidate_matrix(args, len(features)), {})
-    check_charge(audit, "pipelines.learn: charge", learn.charged(args, features), step.keywords["epsilon"])
+    step = learn.final_step(args, learn.candidate_matrix(args, len(learn.feature_columns(args))))
+    check_charge(audit, "pipelines.learn: charge", step.cost, step.epsilon)

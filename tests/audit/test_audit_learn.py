@@ -4,7 +4,7 @@ For an integer grid and for fractional weights (read as written: 0.1 is 1/10), o
 counted by the pipeline's graph (read, validate, bound, count):
 1. exact: the pmf of the final step's mechanism over the pipeline's fit counts, for the dataset's
    pattern histogram and every histogram one privacy unit away, stays within epsilon;
-2. the final step (``learn.final_step``: what its Beam ``Map`` runs), drawn many times seeded,
+2. the final step (``learn.final_step``: the transform its graph applies), drawn many times seeded,
    against the ideal mechanism: exp(epsilon * q / K), q the records a candidate fits counted row
    by row in rationals (chi-square);
 3. black box: the same draws on two neighbouring datasets, with Clopper-Pearson bounds on the log
@@ -18,7 +18,7 @@ of 20 records): checks 1 and 3 fail on it.
 
 from __future__ import annotations
 
-import functools
+import argparse
 import itertools
 from collections import Counter
 from fractions import Fraction
@@ -109,10 +109,10 @@ def draws(args, candidates, counts: np.ndarray, runs: int, *, sensitivity: int |
     released = []
     for seed in range(runs):
         args.seed = seed
-        step = learn.final_step(args, candidates, public={})
-        if sensitivity is not None:
-            step = functools.partial(step, sensitivity=sensitivity)  # the bug the audit must catch
-        released.append(tuple(step(counts)["weights"]))
+        step = learn.final_step(args, candidates)
+        if sensitivity is not None:  # the bug the audit must catch: the step built as if K were ``sensitivity``
+            step = learn.final_step(argparse.Namespace(**{**vars(args), "max_rows_per_unit": sensitivity}), candidates)
+        released.append(tuple(step.release(counts)))
     return released
 
 
@@ -120,7 +120,7 @@ def draws(args, candidates, counts: np.ndarray, runs: int, *, sensitivity: int |
 def test_learn_pmf_on_neighbouring_histograms(audit, tmp_path, case):
     flags, rows = CASES[case]
     args, candidates, counts = pipeline_counts(tmp_path, "d", rows, flags)
-    sensitivity = learn.sensitivity(args)  # as the final step declares it
+    sensitivity = learn.final_step(args, candidates).sensitivity  # as the final step declares it
 
     def pmf(histogram):
         scores = halfspaces.fit_counts(np.asarray(histogram), candidates)

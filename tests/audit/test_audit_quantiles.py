@@ -1,6 +1,6 @@
 """Audit of the quantile mechanisms: one quantile (exponential mechanism with the bin width as
 base measure) and JointExp, by exact pmf over neighbouring histograms, then their samplers; then
-the final step of ``pipelines.quantiles`` as its command line composes it (``release_step``, both
+the final step of ``pipelines.quantiles`` as its command line composes it (``final_step``, both
 methods, several quantiles, K > 1 rows per unit, JointExp's regrouped grid): its draws against the
 ideal mechanism's pmf, written from the definition, and on neighbouring datasets counted by the
 pipeline's own graph, where a Clopper-Pearson bound on the ratio must stay below epsilon (and a step
@@ -9,7 +9,7 @@ that ignores the bound of K rows must break it).
 
 from __future__ import annotations
 
-import functools
+import argparse
 import itertools
 import math
 
@@ -92,10 +92,11 @@ def command_line(flags: list[str]):
 
 def released_bins(args, family, histogram, seeds, edges, *, step=None) -> list[tuple]:
     """The bins (of ``edges``) of the values the final step releases, in quantile order, one run per seed."""
+    final = (step or quantiles.final_step)(args, family)  # built (and rehearsed) once; each run only reseeds it
     draws = []
     for seed in seeds:
-        args.seed = seed
-        release = (step or quantiles.release_step)(args, family, {})(histogram)["quantiles"]
+        final.seed = seed
+        release = final.release(histogram)
         values = [release[f"{q:g}"] for q in sorted(quantiles.parse_quantiles(args.quantiles))]
         draws.append(tuple(int(b) for b in np.searchsorted(edges, values, side="right") - 1))
     return draws
@@ -193,7 +194,7 @@ def test_release_step_on_neighbouring_datasets(audit, neighbouring_histograms, m
     audit.check(subject, "its 99.9% Clopper-Pearson lower bound", cases=2 * DRAWS, worst=certain, bound=args.epsilon)
 
     # A final step that ignored the bound of 4 rows per user would lose 2.2 (independent), 1.8 (joint) here.
-    def ignoring_the_bound(*step_args):
-        return functools.partial(quantiles.release_step(*step_args), max_rows=1)
+    def ignoring_the_bound(args, family):
+        return quantiles.final_step(argparse.Namespace(**{**vars(args), "max_rows_per_unit": None}), family)
 
     assert log_ratio_lower_bound(*frequencies(ignoring_the_bound))[1] > args.epsilon
