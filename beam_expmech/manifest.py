@@ -17,6 +17,8 @@ from __future__ import annotations
 from beam_expmech.accounting import Release
 
 BETA = 0.05  # every accuracy statement of a release holds with probability at least 1 - BETA
+FIXED_FIELDS = ("mechanism", "epsilon", "delta", "rho", "privacy_unit", "max_rows_per_unit", "accuracy",
+                "private_randomness")  # fmt: skip
 
 
 def rows_per_unit(max_rows_per_unit: int | None) -> int:
@@ -50,6 +52,7 @@ def manifest(
         "accuracy": None if accuracy is None else {"beta": BETA, **accuracy},
         "private_randomness": private_randomness,
     }
+    assert tuple(fixed) == FIXED_FIELDS
     clash = sorted(set(fixed) & set(details))
     if clash:
         raise ValueError(f"a release's details may not redefine its fixed fields: {', '.join(clash)}")

@@ -18,6 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_expmech import io
 from beam_expmech.accounting import PrivacyBudget, Release
 from beam_expmech.ledger import Ledger, OverspendError, UnknownDatasetError, budget_of
+from beam_expmech.manifest import manifest
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -120,6 +121,23 @@ def charge(
         ) from None
     return ledger.charged(
         args.dataset_id, release, pipeline=pipeline, parameters=parameters, output=getattr(args, "output", None)
+    )
+
+
+def release_manifest(
+    args: argparse.Namespace, *, mechanism: str, cost: Release, accuracy: dict | None, delta: float = 0.0, **details
+) -> dict:
+    """The public fields every release carries (beam_expmech.manifest), from this run's flags, then ``details``."""
+    return manifest(
+        mechanism=mechanism,
+        epsilon=args.epsilon,
+        delta=delta,
+        cost=cost,
+        privacy_unit=args.privacy_unit,
+        max_rows_per_unit=args.max_rows_per_unit,
+        accuracy=accuracy,
+        private_randomness=args.seed is None,
+        **details,
     )
 
 

@@ -21,12 +21,11 @@ import sys
 import apache_beam as beam
 
 from beam_expmech import halfspaces, io
+from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import MarginalCounts
 from beam_expmech.transforms import GatherCounts, PrivateHalfspace
 from pipelines import common
-
-BETA = 0.05
 
 
 def build_parser() -> common.ArgumentParser:
@@ -96,7 +95,7 @@ def final_step(args: argparse.Namespace, candidates: halfspaces.Candidates) -> P
     column), so each fit count moves by at most K.
     """
     return PrivateHalfspace(
-        epsilon=args.epsilon, candidates=candidates, max_rows=args.max_rows_per_unit or 1, seed=args.seed
+        epsilon=args.epsilon, candidates=candidates, max_rows=rows_per_unit(args.max_rows_per_unit), seed=args.seed
     )
 
 
@@ -119,20 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     files = common.check_input(args, specs)
 
-    public = {
-        "features": features,
-        "label": args.label,
-        "rule": "sum(weights[j] * features[j]) >= label",
-        "mechanism": "exponential",
-        "epsilon": args.epsilon,
-        "sensitivity": step.sensitivity,
-        "monotonic": True,
-        "num_candidates": len(candidates),
-        "privacy_unit": args.privacy_unit,
-        "max_rows_per_unit": args.max_rows_per_unit,
-        "accuracy": {"beta": BETA, "records_fit_below_best": loss},
-        "private_randomness": args.seed is None,
-    }
+    public = common.release_manifest(
+        args,
+        mechanism="exponential",
+        cost=step.cost,
+        accuracy={"records_fit_below_best": loss},
+        features=features,
+        label=args.label,
+        rule="sum(weights[j] * features[j]) >= label",
+        sensitivity=step.sensitivity,
+        monotonic=True,
+        num_candidates=len(candidates),
+    )
     release = GatherCounts() | step | "Manifest" >> beam.Map(lambda weights: {"weights": weights, **public})
     if common.dry_run(args, step.cost, files, public):
         return 0

@@ -20,13 +20,12 @@ import sys
 import apache_beam as beam
 
 from beam_expmech import io
+from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms.quantile import rank_error_bound
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.transforms import GatherCounts, PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
 from pipelines import common
-
-BETA = 0.05
 
 
 def build_parser() -> common.ArgumentParser:
@@ -74,7 +73,7 @@ def final_step(args: argparse.Namespace, family: HistogramCounts) -> PrivateQuan
         quantiles=parse_quantiles(args.quantiles),
         family=family,
         method=args.method,
-        max_rows=args.max_rows_per_unit or 1,
+        max_rows=rows_per_unit(args.max_rows_per_unit),
         seed=args.seed,
     )
 
@@ -97,26 +96,23 @@ def main(argv: list[str] | None = None) -> int:
     else:
         mechanism = "exponential mechanism per quantile over a histogram, base measure = bin width"
         accuracy = {
-            "beta": BETA,
             "bin_width": (args.upper - args.lower) / args.bins,
             "rank_error": {
                 f"{q:g}": rank_error_bound(epsilon=each, bins=args.bins, q=q, max_rows=max_rows, beta=BETA)
                 for q in quantiles
             },
         }
-    public = {
-        "mechanism": mechanism + "; uniform point inside the chosen bin",
-        "method": args.method,
-        "epsilon": epsilon,
-        "epsilon_per_quantile": each if args.method == "independent" else None,
-        "lower": args.lower,
-        "upper": args.upper,
-        "bins": args.bins,
-        "privacy_unit": args.privacy_unit,
-        "max_rows_per_unit": args.max_rows_per_unit,
-        "accuracy": accuracy,
-        "private_randomness": args.seed is None,
-    }
+    public = common.release_manifest(
+        args,
+        mechanism=mechanism + "; uniform point inside the chosen bin",
+        cost=step.cost,
+        accuracy=accuracy,
+        method=args.method,
+        epsilon_per_quantile=each if args.method == "independent" else None,
+        lower=args.lower,
+        upper=args.upper,
+        bins=args.bins,
+    )
     release = GatherCounts() | step | "Manifest" >> beam.Map(lambda values: {"quantiles": values, **public})
     if common.dry_run(args, step.cost, files, public):
         return 0

@@ -20,13 +20,13 @@ import apache_beam as beam
 
 from beam_expmech import io
 from beam_expmech.accounting import Release
+from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import PrivateSelect
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from pipelines import common
 
-BETA = 0.05
 # Every candidate's count exists somewhere (the candidate set is public, zeros included): 2^32 of them
 # are 32 GiB of counts across the workers, in 4,096 shards of the default size.
 MAX_CANDIDATES = 1 << 32
@@ -91,7 +91,7 @@ def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect
     """
     return PrivateSelect(
         epsilon=args.epsilon,
-        sensitivity=(args.max_rows_per_unit or 1) * family.contribution,
+        sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution,
         num_candidates=family.num_candidates,
         k=args.top_k,
         mechanism=args.mechanism,
@@ -125,18 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         num_candidates=family.num_candidates,
         monotonic=family.monotonic,
     )
-    public = {
-        "mechanism": args.mechanism,
-        "epsilon": args.epsilon,
-        "sensitivity": sensitivity,
-        "monotonic": family.monotonic,
-        "num_candidates": family.num_candidates,
-        "top_k": args.top_k,
-        "privacy_unit": args.privacy_unit,
-        "max_rows_per_unit": args.max_rows_per_unit,
-        "accuracy": {"beta": BETA, "loss_per_pick": loss},
-        "private_randomness": args.seed is None,
-    }
+    public = common.release_manifest(
+        args,
+        mechanism=args.mechanism,
+        cost=cost,
+        accuracy={"loss_per_pick": loss},
+        sensitivity=sensitivity,
+        monotonic=family.monotonic,
+        num_candidates=family.num_candidates,
+        top_k=args.top_k,
+    )
     release_selection = select | "Labels" >> beam.Map(lambda chosen: {"selected": family.labels(chosen), **public})
     if common.dry_run(args, cost, files, public):
         return 0

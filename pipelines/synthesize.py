@@ -17,7 +17,6 @@ which marginals were measured (private outputs, so releasable).
 from __future__ import annotations
 
 import argparse
-import itertools
 import posixpath
 import sys
 
@@ -27,11 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from beam_expmech import io, parameters
-from beam_expmech.accounting import Release, epsilon_to_zcdp
-from beam_expmech.mechanisms.randomness import random_source
-from beam_expmech.predicates import MarginalWorkload
-from beam_expmech.synth import MAX_MEMORY, aim, blr, mwem
-from beam_expmech.transforms import GatherCounts
+from beam_expmech.manifest import rows_per_unit
+from beam_expmech.synth import MAX_MEMORY
+from beam_expmech.transforms import GatherCounts, PrivateSynthesis
 from pipelines import common
 
 
@@ -71,45 +68,6 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def manifest_path(output: str) -> str:
     return posixpath.splitext(output)[0] + ".manifest.json"
-
-
-def generate(counts: np.ndarray, *, family: MarginalWorkload, args: argparse.Namespace, columns: list, domain: dict):
-    """The only step that sees the counts: returns (synthetic columns, manifest)."""
-    max_rows = args.max_rows_per_unit or 1
-    if args.method == "blr":
-        histogram = blr.blr_synthesize(
-            counts, [domain[c] for c in columns], rows=args.rows, epsilon=args.epsilon, max_rows=max_rows, rng=args.seed
-        )
-        codes = blr.histogram_to_rows(histogram, [domain[c] for c in columns])
-        table = {c: codes[:, i] for i, c in enumerate(columns)}
-        details = {"rows": args.rows}
-    else:
-        workload = family.split(counts)
-        if args.method == "aim":
-            progress = _progress_bar() if sys.stderr.isatty() else None
-            result = aim.aim(workload, domain, rho=args.rho, rounds=args.rounds, max_rows=max_rows, rng=args.seed,
-                             progress=progress)  # fmt: skip
-            details = {"rho": args.rho}
-        else:
-            result = mwem.mwem(
-                workload, domain, epsilon=args.epsilon, rounds=args.rounds, max_rows=max_rows, rng=args.seed
-            )
-            details = {"rounds": args.rounds}
-        rows = args.rows or result.rows
-        table = result.model.sample(rows, random_source(None if args.seed is None else args.seed + 1))
-        details |= {"rows": rows, "measured": [list(m) for m in result.measured]}
-    manifest = {
-        "method": args.method,
-        "epsilon": args.epsilon,
-        "delta": args.delta if args.method == "aim" else 0,
-        "guarantee": "rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
-        "columns": columns,
-        "privacy_unit": args.privacy_unit,
-        "max_rows_per_unit": args.max_rows_per_unit,
-        "seed": None if args.seed is None else "set (tests only): NOT private",
-        **details,
-    }
-    return table, manifest
 
 
 def _progress_bar():
@@ -155,43 +113,48 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
     described = {c: described[c] for c in columns}
     domain = common.domain_sizes(described)
-    max_rows = args.max_rows_per_unit or 1
-    # The generator's own checks (and its memory) from public parameters: before any budget is spent.
-    if args.method == "blr":
-        if args.rows is None:
-            raise ValueError("--rows is required with --method blr (the synthetic dataset's size)")
-        parameters.count(args.rows, "--rows")
-        memory = blr.check_parameters(list(domain.values()), rows=args.rows, max_rows=max_rows)
-        family = MarginalWorkload([tuple(columns)], domain)
-    else:
-        degree = min(3, len(columns)) if args.workload_degree is None else args.workload_degree
-        degree = parameters.count(degree, "--workload-degree", at_most=len(columns), of="columns")
-        if args.rounds is not None:
-            parameters.count(args.rounds, "--rounds")
-        family = MarginalWorkload(list(itertools.combinations(columns, degree)), domain)
-        if family.num_candidates > 50_000_000:
-            raise ValueError(f"the {degree}-way marginals have {family.num_candidates:,} cells: too many to hold")
-        if args.method == "aim":
-            memory = aim.check_parameters(domain, family.marginals, rounds=args.rounds, max_rows=max_rows)
-        else:
-            args.rounds = args.rounds or mwem.DEFAULT_ROUNDS
-            memory = mwem.check_parameters(domain, family.marginals, rounds=args.rounds, max_rows=max_rows)
+    # Flag-level checks that name the flags; the step checks the rest (and the generator's memory) when
+    # built: all before any budget is spent.
+    if args.method == "blr" and args.rows is None:
+        raise ValueError("--rows is required with --method blr (the synthetic dataset's size)")
+    for flag, value in (("--rows", args.rows), ("--rounds", args.rounds)):
+        if value is not None:
+            parameters.count(value, flag)
+    if args.method != "blr" and args.workload_degree is not None:
+        parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns), of="columns")
+    step = PrivateSynthesis(
+        method=args.method,
+        domain=domain,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        degree=args.workload_degree,
+        rows=args.rows,
+        rounds=args.rounds,
+        max_rows=rows_per_unit(args.max_rows_per_unit),
+        seed=args.seed,
+        progress=_progress_bar() if sys.stderr.isatty() else None,
+    )
+    family = step.family
     specs = [common.domain_spec(c, v) for c, v in described.items()] + common.unit_specs(args)
     files = common.check_input(args, specs)
 
-    if args.method == "aim":
-        args.rho = epsilon_to_zcdp(args.epsilon, delta=args.delta)
-        cost, delta = Release.zcdp(args.rho, "synthetic data by aim"), args.delta
-    else:
-        cost, delta = Release.pure(args.epsilon, f"synthetic data by {args.method}"), 0.0
-    release = GatherCounts() | "Generate" >> beam.Map(
-        generate, family=family, args=args, columns=columns, domain=domain
+    cost, delta = step.cost, step.delta
+    public = common.release_manifest(
+        args,
+        mechanism=args.method,
+        cost=cost,
+        delta=delta,
+        accuracy=None,
+        method=args.method,
+        guarantee="rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
+        columns=columns,
     )
+    release = GatherCounts() | step | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))
     output = args.output
     labels = {c: v for c, v in described.items() if not isinstance(v, int)}
     plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
             "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells",
-            "generator memory": f"at most {memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
+            "generator memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
     if common.dry_run(args, cost, files, plan):
         return 0
     with common.charge(args, cost, "synthesize", delta=delta):  # before any row is read

@@ -72,15 +72,15 @@ MUTANTS = [
     Mutant(
         "select's sensitivity off by one (K - 1)",
         "pipelines/select.py",
-        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution,",
-        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution - 1,",
+        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution,",
+        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution - 1,",
         (SHIPPED_SELECT,),
     ),
     Mutant(
         "select's sensitivity halved",
         "pipelines/select.py",
-        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution,",
-        "sensitivity=(args.max_rows_per_unit or 1) * family.contribution / 2,",
+        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution,",
+        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution / 2,",
         (SHIPPED_SELECT,),
     ),
     Mutant(
@@ -107,7 +107,7 @@ MUTANTS = [
     Mutant(
         "learn's sensitivity ignores the K rows per unit",
         "pipelines/learn.py",
-        "max_rows=args.max_rows_per_unit or 1,",
+        "max_rows=rows_per_unit(args.max_rows_per_unit),",
         "max_rows=1,",
         (f"{LEARN}::test_learn_pmf_on_neighbouring_histograms[integer-grid]",),
     ),
@@ -143,7 +143,7 @@ MUTANTS = [
     Mutant(
         "quantiles' sensitivity ignores the K rows per unit",
         "pipelines/quantiles.py",
-        "max_rows=args.max_rows_per_unit or 1,",
+        "max_rows=rows_per_unit(args.max_rows_per_unit),",
         "max_rows=1,",
         (f"{QUANTILES}::test_release_step_follows_the_ideal_pmf[independent-grid0-histogram0]",),
     ),

@@ -16,6 +16,7 @@ import pytest
 from corpus_cases import CASES, ITEMS, SECRET, Case, big_unit_rows, clean_rows, csv_text, write_corpus
 
 from beam_expmech.ledger import Ledger
+from beam_expmech.manifest import FIXED_FIELDS
 from pipelines import common, learn, quantiles, select, synthesize
 
 PIPELINES = {
@@ -109,6 +110,8 @@ def test_every_pipeline_on_every_corpus_file(
         assert code == 0, err
         assert [r["status"] for r in records] == ["done"]
         assert dead_letter_rows(out) == case.rejected(pipeline)
+        manifest = json.loads((out if kind == "json" else out.with_suffix(".manifest.json")).read_text())
+        assert set(FIXED_FIELDS) <= set(manifest), f"{pipeline}: a release without the fields every release carries"
         if case.same_as is not None:
             assert released(out, kind) == baseline(pipeline, folder, case.same_as, tmp_path_factory, capsys, caplog)
 

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from commands import assert_usage_error
 
+from beam_expmech.manifest import FIXED_FIELDS
 from pipelines import quantiles
 
 
@@ -29,8 +30,7 @@ def test_pipeline_releases_sorted_quantiles(tmp_path):
     truth = np.quantile(values[5:], [0.1, 0.5, 0.9])
     assert np.allclose(got, truth, atol=1.0)
     assert release["epsilon_per_quantile"] == pytest.approx(1.0)
-    assert set(release) == {"quantiles", "mechanism", "method", "epsilon", "epsilon_per_quantile", "lower", "upper",
-                            "bins", "privacy_unit", "max_rows_per_unit", "accuracy", "private_randomness"}  # fmt: skip
+    assert set(release) == {"quantiles", *FIXED_FIELDS, "method", "epsilon_per_quantile", "lower", "upper", "bins"}
     dead = (tmp_path / "q.dead_letter.csv").read_text().splitlines()
     assert len(dead) == 1 + 3 and all("NaN or infinite" in line for line in dead[1:])
 

@@ -9,12 +9,10 @@ import pytest
 from beam_data import purchases, write
 from commands import assert_usage_error
 
+from beam_expmech.manifest import FIXED_FIELDS
 from pipelines import select
 
-RELEASE_KEYS = {
-    "selected", "mechanism", "epsilon", "sensitivity", "monotonic", "num_candidates", "top_k", "privacy_unit",
-    "max_rows_per_unit", "accuracy", "private_randomness",
-}  # fmt: skip
+RELEASE_KEYS = {"selected", *FIXED_FIELDS, "sensitivity", "monotonic", "num_candidates", "top_k"}
 
 
 def run_select(*args: str) -> dict:

@@ -34,7 +34,7 @@ def test_mwem_writes_a_parquet_table_and_a_manifest(tmp_path, capsys):
         values = table.column(name).to_numpy()
         assert values.min() >= 0 and values.max() < domain[name]
     manifest = json.loads((tmp_path / "synthetic.manifest.json").read_text())
-    assert manifest["method"] == "mwem" and manifest["epsilon"] == 1 and "NOT private" in manifest["seed"]
+    assert manifest["method"] == "mwem" and manifest["epsilon"] == 1 and manifest["private_randomness"] is False
     assert len(manifest["measured"]) == 10 and manifest["rows"] == table.num_rows
     assert 15_000 < table.num_rows < 30_000  # the noisy size of 21,574 rows
     capsys.readouterr()

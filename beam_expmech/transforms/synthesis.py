@@ -1,0 +1,124 @@
+"""The final step of private synthetic data: a generator over the workload's summed counts, then rows.
+
+col: one int64 vector of every workload cell (what ``PredicateCounts(step.family) | GatherCounts``
+emits) -> col: one (columns, details): the synthetic columns as integer codes, and the generator's
+public details (rows drawn, marginals measured), both mechanism outputs.
+
+The generator touches the counts only through mechanisms: AIM (rho-zCDP, rho the most that fits
+(epsilon, delta)), MWEM or BLR (pure epsilon-DP); the rows are sampled from its model
+(post-processing). Every check the generator makes of its public parameters (the size of a
+marginal, the memory the run will need) runs in ``__init__``, before any budget is spent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import apache_beam as beam
+import numpy as np
+
+from beam_expmech import parameters
+from beam_expmech.accounting import Release, epsilon_to_zcdp
+from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.predicates import MarginalWorkload
+from beam_expmech.synth import aim, blr, mwem
+
+METHODS = ("aim", "mwem", "blr")
+MAX_WORKLOAD_CELLS = 50_000_000  # the summed counts of every marginal, held by one worker
+
+
+class PrivateSynthesis(beam.PTransform):
+    """Synthetic rows over ``domain`` ({column: number of codes}) that answer its k-way marginals privately.
+
+    Privacy: ``aim`` is rho-zCDP with rho = the most that is (``epsilon``, ``delta``)-DP; ``mwem``
+    and ``blr`` are pure ``epsilon``-DP (``cost``), when each privacy unit has at most
+    ``max_rows`` = K rows: every cell of the workload (``family``, which the data pass must
+    count) then moves by at most K. ``degree``: the k of the k-way marginals (aim, mwem; default
+    3, or every column if fewer); blr counts the full-domain histogram and needs ``rows``.
+    ``seed`` is for tests only (not private).
+    """
+
+    def __init__(
+        self,
+        *,
+        method: str = "aim",
+        domain: dict[str, int],
+        epsilon: float,
+        delta: float = 0.0,
+        degree: int | None = None,
+        rows: int | None = None,
+        rounds: int | None = None,
+        max_rows: int = 1,
+        seed: int | None = None,
+        progress: Callable[[float], None] | None = None,
+    ):
+        super().__init__()
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        if not domain:
+            raise ValueError("the domain has no column")
+        self.method, self.domain = method, dict(domain)
+        self.epsilon = parameters.positive_finite(epsilon, "epsilon")
+        self.delta = parameters.probability(delta, "delta") if method == "aim" else 0.0
+        self.max_rows = parameters.count(max_rows, "max_rows")
+        self.rows = None if rows is None else parameters.count(rows, "rows")
+        self.rounds = None if rounds is None else parameters.count(rounds, "rounds")
+        self.seed, self.progress = seed, progress
+        random_source(seed)  # validates the seed now
+        columns = list(self.domain)
+        if method == "blr":
+            if self.rows is None:
+                raise ValueError("blr needs rows: the synthetic dataset's size")
+            self.memory = blr.check_parameters(list(self.domain.values()), rows=self.rows, max_rows=self.max_rows)
+            self.family = MarginalWorkload([tuple(columns)], self.domain)
+            return
+        degree = min(3, len(columns)) if degree is None else degree
+        degree = parameters.count(degree, "degree", at_most=len(columns), of="columns")
+        self.family = MarginalWorkload(list(itertools.combinations(columns, degree)), self.domain)
+        if self.family.num_candidates > MAX_WORKLOAD_CELLS:
+            raise ValueError(f"the {degree}-way marginals have {self.family.num_candidates:,} cells: too many to hold")
+        check = aim.check_parameters if method == "aim" else mwem.check_parameters
+        if method == "mwem":
+            self.rounds = self.rounds or mwem.DEFAULT_ROUNDS
+        self.memory = check(self.domain, self.family.marginals, rounds=self.rounds, max_rows=self.max_rows)
+
+    @property
+    def rho(self) -> float:
+        """AIM's zCDP budget: the largest rho whose conversion is (epsilon, delta)-DP."""
+        return epsilon_to_zcdp(self.epsilon, delta=self.delta)
+
+    @property
+    def cost(self) -> Release:
+        """What the release costs: rho-zCDP for aim (charged to a budget with delta > 0), pure epsilon otherwise."""
+        if self.method == "aim":
+            return Release.zcdp(self.rho, "synthetic data by aim")
+        return Release.pure(self.epsilon, f"synthetic data by {self.method}")
+
+    def synthesize(self, counts: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
+        """What ``expand`` draws, in one process: (synthetic columns of codes, the generator's public details)."""
+        columns = list(self.domain)
+        if self.method == "blr":
+            sizes = list(self.domain.values())
+            histogram = blr.blr_synthesize(
+                counts, sizes, rows=self.rows, epsilon=self.epsilon, max_rows=self.max_rows, rng=self.seed
+            )
+            codes = blr.histogram_to_rows(histogram, sizes)
+            return {c: codes[:, i] for i, c in enumerate(columns)}, {"rows": self.rows}
+        workload = self.family.split(counts)
+        if self.method == "aim":
+            result = aim.aim(workload, self.domain, rho=self.rho, rounds=self.rounds, max_rows=self.max_rows,
+                             rng=self.seed, progress=self.progress)  # fmt: skip
+            details = {}
+        else:
+            result = mwem.mwem(
+                workload, self.domain, epsilon=self.epsilon, rounds=self.rounds, max_rows=self.max_rows, rng=self.seed
+            )
+            details = {"rounds": self.rounds}
+        rows = self.rows or result.rows
+        table = result.model.sample(rows, random_source(None if self.seed is None else self.seed + 1))
+        return table, details | {"rows": rows, "measured": [list(m) for m in result.measured]}
+
+    def expand(self, counts):
+        # col: one vector of every workload cell -> col: one (columns, details)
+        return counts | "Synthesize" >> beam.Map(self.synthesize)
