@@ -36,12 +36,14 @@ def manifest(
     privacy_unit: str | None,
     max_rows_per_unit: int | None,
     accuracy: dict | None,
+    beta: float | None = BETA,
     private_randomness: bool,
     **details: object,
 ) -> dict:
     """The fixed fields (module docstring), then the release's own public ``details``.
 
-    ``accuracy`` gets its ``beta``; a detail may not overwrite a fixed field."""
+    ``accuracy`` gets its ``beta`` (None where it states no probabilistic bound, only e.g. a bin
+    width); a detail may not overwrite a fixed field."""
     fixed = {
         "mechanism": mechanism,
         "epsilon": epsilon,
@@ -49,7 +51,7 @@ def manifest(
         "rho": cost.rho,
         "privacy_unit": privacy_unit,
         "max_rows_per_unit": max_rows_per_unit,
-        "accuracy": None if accuracy is None else {"beta": BETA, **accuracy},
+        "accuracy": None if accuracy is None else ({} if beta is None else {"beta": beta}) | accuracy,
         "private_randomness": private_randomness,
     }
     assert tuple(fixed) == FIXED_FIELDS

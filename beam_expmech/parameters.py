@@ -38,6 +38,18 @@ def count(value: object, name: str, *, at_most: int | None = None, of: str = "ca
     return int(value)
 
 
+def test_seed(value: object) -> int | None:
+    """A final step's ``seed``: None (OS randomness: private) or an int >= 0 (tests only: NOT private).
+
+    Not a generator or a random source: a step is pickled to every worker and every run, and a
+    source's state would travel with it, so separate releases would draw the same noise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"seed must be None (OS randomness) or an int >= 0 (tests only), got {type(value).__name__}")
+    return int(value)
+
+
 def scores_array(scores: object) -> np.ndarray:
     """The scores as a non-empty 1-d array of finite ints or floats (ints stay ints, so stay exact)."""
     array = np.asarray(scores)

@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_expmech import io
 from beam_expmech.accounting import PrivacyBudget, Release
 from beam_expmech.ledger import Ledger, OverspendError, UnknownDatasetError, budget_of
-from beam_expmech.manifest import manifest
+from beam_expmech.manifest import BETA, manifest
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -125,7 +125,14 @@ def charge(
 
 
 def release_manifest(
-    args: argparse.Namespace, *, mechanism: str, cost: Release, accuracy: dict | None, delta: float = 0.0, **details
+    args: argparse.Namespace,
+    *,
+    mechanism: str,
+    cost: Release,
+    accuracy: dict | None,
+    beta: float | None = BETA,
+    delta: float = 0.0,
+    **details,
 ) -> dict:
     """The public fields every release carries (beam_expmech.manifest), from this run's flags, then ``details``."""
     return manifest(
@@ -136,6 +143,7 @@ def release_manifest(
         privacy_unit=args.privacy_unit,
         max_rows_per_unit=args.max_rows_per_unit,
         accuracy=accuracy,
+        beta=beta,
         private_randomness=args.seed is None,
         **details,
     )

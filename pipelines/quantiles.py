@@ -92,21 +92,25 @@ def main(argv: list[str] | None = None) -> int:
     each = epsilon / len(quantiles)
     if args.method == "joint":
         mechanism = "JointExp: one exponential mechanism over all the sorted quantiles (Gillenwater et al. 2021)"
-        accuracy = {"bin_width": (args.upper - args.lower) / min(args.bins, JOINT_BINS)}
+        accuracy, beta = {"bin_width": step.widest_bin}, None  # no probabilistic bound stated: no beta
     else:
         mechanism = "exponential mechanism per quantile over a histogram, base measure = bin width"
-        accuracy = {
-            "bin_width": (args.upper - args.lower) / args.bins,
-            "rank_error": {
-                f"{q:g}": rank_error_bound(epsilon=each, bins=args.bins, q=q, max_rows=max_rows, beta=BETA)
-                for q in quantiles
+        accuracy, beta = (
+            {
+                "bin_width": step.widest_bin,
+                "rank_error": {
+                    f"{q:g}": rank_error_bound(epsilon=each, bins=args.bins, q=q, max_rows=max_rows, beta=BETA)
+                    for q in quantiles
+                },
             },
-        }
+            BETA,
+        )
     public = common.release_manifest(
         args,
         mechanism=mechanism + "; uniform point inside the chosen bin",
         cost=step.cost,
         accuracy=accuracy,
+        beta=beta,
         method=args.method,
         epsilon_per_quantile=each if args.method == "independent" else None,
         lower=args.lower,

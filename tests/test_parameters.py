@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from beam_expmech import parameters
+from beam_expmech import halfspaces, parameters
+from beam_expmech.mechanisms.randomness import RandomSource
+from beam_expmech.predicates import HistogramCounts
+from beam_expmech.transforms import PrivateHalfspace, PrivateQuantiles, PrivateSelect, PrivateSynthesis
 
 
 @pytest.mark.parametrize("value", [1, 0.5, 1e-300, np.float32(2.0), np.int64(3)])
@@ -54,3 +57,23 @@ def test_log_measure_is_finite_or_minus_infinity_and_not_all_zero_measure():
                          ([0.0, np.inf], "NaN or \\+inf"), ([-np.inf, -np.inf], "no candidate")]:  # fmt: skip
         with pytest.raises(ValueError, match=message):
             parameters.log_measure_array(bad, 2)
+
+
+@pytest.mark.parametrize("value", [RandomSource(), np.random.default_rng(1), -1, 1.0, True, "3"])
+def test_a_final_steps_seed_is_none_or_an_int_never_a_source_it_would_copy_into_every_run(value):
+    with pytest.raises(ValueError, match=r"^seed must be None \(OS randomness\) or an int >= 0"):
+        parameters.test_seed(value)
+    assert parameters.test_seed(None) is None and parameters.test_seed(np.int64(7)) == 7
+
+
+@pytest.mark.parametrize("build", [
+    lambda seed: PrivateSelect(epsilon=1, sensitivity=1, num_candidates=3, seed=seed),
+    lambda seed: PrivateQuantiles(epsilon=1, quantiles=[0.5], family=HistogramCounts("x", 0, 1, 8), seed=seed),
+    lambda seed: PrivateHalfspace(epsilon=1, candidates=halfspaces.weight_grid([0, 1], 1, max_candidates=2), seed=seed),
+    lambda seed: PrivateSynthesis(method="mwem", domain={"a": 2, "b": 2}, epsilon=1, seed=seed),
+], ids=["select", "quantiles", "halfspace", "synthesis"])  # fmt: skip
+def test_every_final_step_refuses_a_random_source_as_its_seed(build):
+    """A source pickled with the step would give every run the same bits (review 3): refused when built."""
+    with pytest.raises(ValueError, match="seed must be None"):
+        build(RandomSource())
+    assert build(None).seed is None

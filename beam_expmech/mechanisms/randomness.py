@@ -23,6 +23,10 @@ class RandomSource:
         self._generator = generator
         self._pool, self._used, self._pid = b"", 0, os.getpid()
 
+    def __getstate__(self) -> dict:
+        # A copy (pickled to a worker, a retry, another run) must never replay this pool's bits.
+        return {**self.__dict__, "_pool": b"", "_used": 0}
+
     @property
     def private(self) -> bool:
         """True when the bits come from the OS CSPRNG."""

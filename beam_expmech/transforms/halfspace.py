@@ -44,10 +44,11 @@ class PrivateHalfspace(beam.PTransform):
                 "candidates must be a halfspaces.Candidates (from weight_grid or check_candidates), "
                 f"got {type(candidates).__name__}"
             )
+        if len(candidates) == 0:
+            raise ValueError("candidates is empty: give at least one weight vector")
         self.candidates = candidates
         self.sensitivity = parameters.count(max_rows, "max_rows")
-        self.seed = seed
-        random_source(seed)  # validates the seed now
+        self.seed = parameters.test_seed(seed)
 
     @property
     def cost(self) -> Release:

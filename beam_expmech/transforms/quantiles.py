@@ -73,8 +73,7 @@ class PrivateQuantiles(beam.PTransform):
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
         self.method = method
         self.max_rows = parameters.count(max_rows, "max_rows")
-        self.seed = seed
-        random_source(seed)  # validates the seed now
+        self.seed = parameters.test_seed(seed)
         self._rehearse()
 
     @property
@@ -92,6 +91,21 @@ class PrivateQuantiles(beam.PTransform):
         except (ValueError, ArithmeticError) as error:
             raise ValueError(f"these quantiles cannot be released on this grid: {io.first_line(error)}") from None
 
+    @property
+    def cuts(self) -> np.ndarray:
+        """The indices of the family's edges that bound the bins the mechanism chooses among: every edge for
+        ``independent``, at most JOINT_BINS + 1 of them, evenly spread, for ``joint`` (public)."""
+        bins = self.family.num_candidates
+        if self.method == "independent":
+            return np.arange(bins + 1)
+        return np.unique(np.linspace(0, bins, min(bins, JOINT_BINS) + 1).round().astype(int))
+
+    @property
+    def widest_bin(self) -> float:
+        """The width of the widest bin the mechanism may choose: how far apart two values it cannot tell apart
+        can be (public)."""
+        return float(np.diff(self.family.edges[self.cuts]).max())
+
     def release(self, histogram: np.ndarray) -> dict[str, float]:
         """What ``expand`` draws, in one process (audits, small jobs): each quantile (as ``f"{q:g}"``) to its
         private value, in increasing order."""
@@ -101,8 +115,7 @@ class PrivateQuantiles(beam.PTransform):
             raise ValueError(f"expected a histogram of {bins} counts, got shape {histogram.shape}")
         source = random_source(self.seed)
         if self.method == "joint":
-            # Regroup to at most JOINT_BINS bins along public edges.
-            cuts = np.unique(np.linspace(0, bins, min(bins, JOINT_BINS) + 1).round().astype(int))
+            cuts = self.cuts  # regrouped to at most JOINT_BINS bins along public edges
             coarse = np.add.reduceat(histogram, cuts[:-1])
             values = joint_quantiles(
                 coarse, edges[cuts], list(self.quantiles), epsilon=self.epsilon, max_rows=self.max_rows, rng=source

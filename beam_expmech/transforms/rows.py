@@ -171,7 +171,12 @@ def _dead_text(value) -> str | None:
         return value.decode("utf-8", "backslashreplace")
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate as \udxxx
-    return str(value)
+    if isinstance(value, int) and not _fits(value):
+        return hex(value)  # str() refuses ints beyond 4,300 digits: one row must not fail the job
+    try:
+        return str(value)
+    except Exception:  # a value whose text cannot be made (nested huge ints, a broken __str__)
+        return f"<unprintable {type(value).__name__}>"
 
 
 def _batches_by_type(columns: dict[str, list]) -> Iterator[pa.RecordBatch]:

@@ -58,8 +58,7 @@ class PrivateSelect(beam.PTransform):
             raise ValueError("permute-and-flip selects one candidate; use the exponential mechanism for k > 1")
         self.noise = MECHANISMS[mechanism]
         self.shard_size = parameters.count(shard_size, "shard_size")
-        self.monotonic, self.seed = bool(monotonic), seed
-        random_source(seed)  # validates the seed now
+        self.monotonic, self.seed = bool(monotonic), parameters.test_seed(seed)
 
     def _source(self, stream: int) -> RandomSource:
         if self.seed is None:

@@ -64,8 +64,7 @@ class PrivateSynthesis(beam.PTransform):
         self.max_rows = parameters.count(max_rows, "max_rows")
         self.rows = None if rows is None else parameters.count(rows, "rows")
         self.rounds = None if rounds is None else parameters.count(rounds, "rounds")
-        self.seed, self.progress = seed, progress
-        random_source(seed)  # validates the seed now
+        self.seed, self.progress = parameters.test_seed(seed), progress
         columns = list(self.domain)
         if method == "blr":
             if self.rows is None:
@@ -97,6 +96,10 @@ class PrivateSynthesis(beam.PTransform):
 
     def synthesize(self, counts: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
         """What ``expand`` draws, in one process: (synthetic columns of codes, the generator's public details)."""
+        counts = np.asarray(counts)
+        if counts.shape != (self.family.num_candidates,):
+            raise ValueError(f"expected the {self.family.num_candidates:,} counts of this step's family, got shape "
+                             f"{counts.shape}")  # fmt: skip
         columns = list(self.domain)
         if self.method == "blr":
             sizes = list(self.domain.values())

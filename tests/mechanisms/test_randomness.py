@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -38,3 +40,12 @@ def test_bits_are_uniform_in_range():
 def test_bad_rng(bad):
     with pytest.raises(ValueError, match="rng"):
         random_source(bad)
+
+
+def test_a_copied_source_never_replays_its_pool():
+    """A step is pickled to every worker and run: a copy of a source must not draw the bits its original drew."""
+    source = RandomSource()
+    source.bits(8)  # fills the 4 KiB pool
+    copies = [pickle.loads(pickle.dumps(source)) for _ in range(2)]
+    draws = {c.bits(128) for c in copies} | {source.bits(128)}
+    assert len(draws) == 3

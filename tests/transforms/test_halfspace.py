@@ -64,7 +64,7 @@ def test_cost_is_one_exponential_mechanism():
         ({"candidates": [[1, -1], [0, 1]]}, "candidates must be a halfspaces.Candidates"),
         ({"max_rows": 0}, "max_rows must be an integer >= 1"),
         ({"max_rows": 2.5}, "max_rows must be an integer >= 1"),
-        ({"seed": 1.5}, "rng must be None"),
+        ({"seed": 1.5}, "seed must be None"),
     ],
 )
 def test_bad_arguments_fail_when_the_transform_is_built(change, message):
@@ -75,3 +75,9 @@ def test_bad_arguments_fail_when_the_transform_is_built(change, message):
 def test_pattern_counts_of_the_wrong_size_are_refused_naming_sizes_only():
     with pytest.raises(ValueError, match=r"^expected 8 pattern counts for 2 features$"):
         PrivateHalfspace(epsilon=1.0, candidates=CANDIDATES).release(np.zeros(4, dtype=np.int64))
+
+
+def test_no_candidate_is_refused_when_it_is_built():
+    empty = halfspaces.Candidates(numerators=np.zeros((0, 2), dtype=np.int64), denominator=1)
+    with pytest.raises(ValueError, match="candidates is empty"):
+        PrivateHalfspace(epsilon=1.0, candidates=empty)

@@ -68,7 +68,7 @@ def test_cost_is_epsilon_for_all_the_quantiles_together(method):
         ({"family": CategoryCounts("x", range(3))}, "family must be a HistogramCounts"),
         ({"method": "sorted"}, "method must be one of independent, joint"),
         ({"max_rows": 0}, "max_rows must be an integer >= 1"),
-        ({"seed": "7"}, "rng must be None"),
+        ({"seed": "7"}, "seed must be None"),
         ({"quantiles": [5e-324]}, "these quantiles cannot be released on this grid"),  # found by the rehearsal
     ],
 )
@@ -82,3 +82,12 @@ def test_a_histogram_of_the_wrong_size_is_refused_naming_sizes_only():
     step = PrivateQuantiles(epsilon=1.0, quantiles=[0.5], family=FAMILY)
     with pytest.raises(ValueError, match=r"^expected a histogram of 1000 counts, got shape \(999,\)$"):
         step.release(HISTOGRAM[:-1])
+
+
+def test_the_widest_bin_is_that_of_the_grid_the_mechanism_chooses_among():
+    """JointExp regroups 3,000 bins into 1,024 uneven ones: the stated width is the widest (review 3)."""
+    family = HistogramCounts("fare", 0.0, 600.0, 3_000)
+    joint = PrivateQuantiles(epsilon=1, quantiles=[0.5], family=family, method="joint")
+    independent = PrivateQuantiles(epsilon=1, quantiles=[0.5], family=family)
+    assert joint.widest_bin == pytest.approx(0.6) and len(joint.cuts) == 1_025
+    assert independent.widest_bin == pytest.approx(0.2) and len(independent.cuts) == 3_001

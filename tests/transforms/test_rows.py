@@ -184,6 +184,15 @@ def test_text_that_is_no_utf8_goes_to_the_dead_letter_without_its_value():
     assert batch.column("note").to_pylist() == ["fine"]
 
 
+def test_a_value_too_large_to_print_goes_to_the_dead_letter_and_the_job_goes_on():
+    """str() refuses ints beyond 4,300 digits: one person's row must cost that row, not the release (review 3)."""
+    rows = [{"item": 1, "user": 1}, {"item": 10**5000, "user": 2}, {"item": [10**5000], "user": 3}]
+    out = list(rows_as_batches(rows, [io.ColumnSpec("item", "int"), io.ColumnSpec("user", "any")], {"user": int}))
+    (dead,) = [o for o in out if isinstance(o, io.MalformedRows)]
+    assert dead.rows.column("user").to_pylist() == ["2", "3"]
+    assert [o.num_rows for o in out if isinstance(o, pa.RecordBatch)] == [1]
+
+
 def test_a_value_keeps_its_own_type_whatever_its_neighbours_in_the_batch():
     """An int beside a float in one column must not become a float (2^60 + 1 would lose its last digit)."""
     rows = [{"n": 2**60 + 1}, {"n": 2.0}, {"n": "7"}, {"n": True}, {"n": None}]

@@ -74,10 +74,17 @@ def test_the_family_is_what_the_data_pass_must_count():
         ({"rounds": -1}, "rounds must be an integer >= 1"),
         ({"domain": {f"c{i}": 1000 for i in range(4)}}, "cells: too many to hold"),
         ({"method": "blr", "rows": 10**6}, "candidate datasets, over the limit"),
-        ({"seed": "x"}, "rng"),
+        ({"seed": "x"}, "seed must be None"),
     ],
 )
 def test_each_bad_argument_is_refused_when_it_is_built(change, message):
     arguments = {"method": "aim", "domain": DOMAIN, "epsilon": 1.0, "delta": 1e-9} | change
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         PrivateSynthesis(**arguments)
+
+
+def test_counts_of_another_family_are_refused():
+    """Cells that do not line up with the step's marginals could move one marginal by more than K (review 3)."""
+    step = PrivateSynthesis(method="mwem", domain={"a": 2, "b": 2}, epsilon=1.0, rounds=2, seed=1)
+    with pytest.raises(ValueError, match="expected the 4 counts of this step's family"):
+        step.synthesize(np.array([5, 3, 2, 1, 7, 7]))
