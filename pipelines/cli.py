@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from pipelines import common
+from pipelines import console
 
 COMMANDS = {
     "select": "private top-k selection",
@@ -28,9 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name:<11} {text}")
             return 0
         print(f"error: beam-expmech: choose a command: {', '.join(COMMANDS)} (see --help)", file=sys.stderr)
-        return common.USAGE_ERROR
+        return console.USAGE_ERROR
     module = importlib.import_module(f"pipelines.{argv[0]}")
-    return common.run_cli(module.main, argv[1:])
+    return console.run_cli(module.main, argv[1:])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import common, select
+from pipelines import console, select
 
 CATEGORIES = [f"category-{i:02d}" for i in range(50)]
 
@@ -80,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(common.run_cli(main))
+    sys.exit(console.run_cli(main))

@@ -18,14 +18,14 @@ import numpy as np
 
 from beam_expmech import io
 from beam_expmech.predicates import MarginalWorkload
-from pipelines import common
+from pipelines import console, domain_files, flags
 
 
-def workload_counts(path: str, workload: MarginalWorkload, domain: common.Domain) -> np.ndarray:
+def workload_counts(path: str, workload: MarginalWorkload, domain: domain_files.Domain) -> np.ndarray:
     """Summed workload counts of one table; a value outside its column's domain is an error."""
     files = io.match_files(path)
     io.check_columns(files, None, list(workload.columns))
-    specs = [common.domain_spec(c, domain[c]) for c in workload.columns]
+    specs = [domain_files.domain_spec(c, domain[c]) for c in workload.columns]
     total = np.zeros(workload.num_candidates, dtype=np.int64)
     for file in files:
         for split in io.splits(file, io.file_format(file)):
@@ -48,18 +48,18 @@ def workload_errors(real: dict, synthetic: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.ArgumentParser(prog="python -m pipelines.evaluate_synthetic", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(prog="python -m pipelines.evaluate_synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("real")
     parser.add_argument("domain")
     parser.add_argument("synthetic")
     parser.add_argument("--degree", type=int, default=3)
     parser.add_argument("--columns", help="comma-separated (default: every column of the domain)")
     args = parser.parse_args(argv)
-    domain = common.read_domain(args.domain)
+    domain = domain_files.read_domain(args.domain)
     columns = args.columns.split(",") if args.columns else list(domain)
     if not 1 <= args.degree <= len(columns):
         raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")
-    workload = MarginalWorkload(list(itertools.combinations(columns, args.degree)), common.domain_sizes(domain))
+    workload = MarginalWorkload(list(itertools.combinations(columns, args.degree)), domain_files.domain_sizes(domain))
     real = workload.split(workload_counts(args.real, workload, domain))
     synthetic = workload.split(workload_counts(args.synthetic, workload, domain))
     errors = list(workload_errors(real, synthetic).values())
@@ -71,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(common.run_cli(main))
+    sys.exit(console.run_cli(main))

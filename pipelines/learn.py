@@ -25,13 +25,13 @@ from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import MarginalCounts
 from beam_expmech.transforms import GatherCounts, PrivateHalfspace
-from pipelines import common
+from pipelines import budget, console, flags, job
 
 
-def build_parser() -> common.ArgumentParser:
+def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = common.ArgumentParser(prog="python -m pipelines.learn", description=__doc__.splitlines()[0])
-    common.add_input_flags(parser)
+    parser = flags.ArgumentParser(prog="python -m pipelines.learn", description=__doc__.splitlines()[0])
+    flags.add_input_flags(parser)
     parser.add_argument("--features", required=True, help="comma-separated bit columns x_1 .. x_d")
     parser.add_argument("--label", required=True, help="the bit column y")
     parser.add_argument("--weights", default="-1,0,1", help="weight values of the grid (default -1,0,1)")
@@ -43,7 +43,7 @@ def build_parser() -> common.ArgumentParser:
         help=f"size of the public grid of weight vectors (default {halfspaces.DEFAULT_MAX_CANDIDATES:,})",
     )
     candidates.add_argument("--candidates", help="a file of weight vectors, one comma-separated line each")
-    common.add_privacy_flags(parser)
+    flags.add_privacy_flags(parser)
     parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
     return parser
 
@@ -102,13 +102,13 @@ def final_step(args: argparse.Namespace, candidates: halfspaces.Candidates) -> P
 def pattern_family(args: argparse.Namespace, features: list[str]) -> tuple[MarginalCounts, list[io.ColumnSpec]]:
     """The bit patterns of (features, label) the data pass counts, and how the columns must look to count."""
     columns = [*features, args.label]
-    specs = [io.ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + common.unit_specs(args)
+    specs = [io.ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + flags.unit_specs(args)
     return MarginalCounts(columns, [2] * len(columns)), specs
 
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
-    common.check_unit_flags(args)
+    flags.check_unit_flags(args)
     features = feature_columns(args)
     candidates = candidate_matrix(args, len(features))
     step = final_step(args, candidates)
@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     loss = accuracy_bound(
         epsilon=step.epsilon, sensitivity=step.sensitivity, beta=BETA, num_candidates=len(candidates), monotonic=True
     )
-    files = common.check_input(args, specs)
+    files = job.check_input(args, specs)
 
-    public = common.release_manifest(
+    public = budget.release_manifest(
         args,
         mechanism="exponential",
         cost=step.cost,
@@ -131,10 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         num_candidates=len(candidates),
     )
     release = GatherCounts() | step | "Manifest" >> beam.Map(lambda weights: {"weights": weights, **public})
-    if common.dry_run(args, step.cost, files, public):
+    if budget.dry_run(args, step.cost, files, public):
         return 0
-    with common.charge(args, step.cost, "learn"):  # before any row is read
-        released = common.run_counting_job(args, beam_args, files, specs, family, release)
+    with budget.charge(args, step.cost, "learn"):  # before any row is read
+        released = job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
     print(
         f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "
         f"candidates by the exponential mechanism, epsilon={args.epsilon:g}; release {args.output}"
@@ -143,4 +143,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(common.run_cli(main))
+    sys.exit(console.run_cli(main))

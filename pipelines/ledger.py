@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 
 from beam_expmech.ledger import Ledger, budget_of
-from pipelines import common
+from pipelines import console, flags
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.ArgumentParser(prog="python -m pipelines.ledger", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(prog="python -m pipelines.ledger", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in (("init", "set a dataset's total budget (once)"), ("show", "print a dataset's releases")):
         command = commands.add_parser(name, help=text)
@@ -49,4 +49,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(common.run_cli(main))
+    sys.exit(console.run_cli(main))

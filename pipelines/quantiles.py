@@ -25,18 +25,18 @@ from beam_expmech.mechanisms.quantile import rank_error_bound
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.transforms import GatherCounts, PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
-from pipelines import common
+from pipelines import budget, console, flags, job
 
 
-def build_parser() -> common.ArgumentParser:
+def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = common.ArgumentParser(prog="python -m pipelines.quantiles", description=__doc__.splitlines()[0])
-    common.add_input_flags(parser)
+    parser = flags.ArgumentParser(prog="python -m pipelines.quantiles", description=__doc__.splitlines()[0])
+    flags.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the numeric column")
     parser.add_argument("--lower", type=float, required=True, help="public lower end of the range")
     parser.add_argument("--upper", type=float, required=True, help="public upper end of the range")
     parser.add_argument("--quantiles", required=True, help="comma-separated, each strictly between 0 and 1")
-    common.add_privacy_flags(parser)
+    flags.add_privacy_flags(parser)
     parser.add_argument("--bins", type=int, default=1 << 16, help="bins of the public grid (default 2^16)")
     parser.add_argument(
         "--method",
@@ -80,14 +80,14 @@ def final_step(args: argparse.Namespace, family: HistogramCounts) -> PrivateQuan
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
-    common.check_unit_flags(args)
+    flags.check_unit_flags(args)
     if not (math.isfinite(args.upper - args.lower) and args.lower < args.upper):
         raise ValueError(f"--lower must be below --upper, both finite; got {args.lower} and {args.upper}")
     family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
     step = final_step(args, family)  # checks epsilon and the quantiles, and rehearses them on the grid
     epsilon, quantiles, max_rows = step.epsilon, step.quantiles, step.max_rows
-    specs = [io.ColumnSpec(args.column, "float"), *common.unit_specs(args)]
-    files = common.check_input(args, specs)
+    specs = [io.ColumnSpec(args.column, "float"), *flags.unit_specs(args)]
+    files = job.check_input(args, specs)
 
     each = epsilon / len(quantiles)
     if args.method == "joint":
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             BETA,
         )
-    public = common.release_manifest(
+    public = budget.release_manifest(
         args,
         mechanism=mechanism + "; uniform point inside the chosen bin",
         cost=step.cost,
@@ -118,14 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         bins=args.bins,
     )
     release = GatherCounts() | step | "Manifest" >> beam.Map(lambda values: {"quantiles": values, **public})
-    if common.dry_run(args, step.cost, files, public):
+    if budget.dry_run(args, step.cost, files, public):
         return 0
-    with common.charge(args, step.cost, "quantiles"):  # before any row is read
-        released = common.run_counting_job(args, beam_args, files, specs, family, release)
+    with budget.charge(args, step.cost, "quantiles"):  # before any row is read
+        released = job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())
     print(f"{values}: {len(quantiles)} quantiles of {args.column}, epsilon={epsilon:g}; release {args.output}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(common.run_cli(main))
+    sys.exit(console.run_cli(main))

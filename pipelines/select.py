@@ -25,22 +25,22 @@ from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import PrivateSelect
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
-from pipelines import common
+from pipelines import budget, console, flags, job
 
 # Every candidate's count exists somewhere (the candidate set is public, zeros included): 2^32 of them
 # are 32 GiB of counts across the workers, in 4,096 shards of the default size.
 MAX_CANDIDATES = 1 << 32
 
 
-def build_parser() -> common.ArgumentParser:
+def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = common.ArgumentParser(prog="python -m pipelines.select", description=__doc__.splitlines()[0])
-    common.add_input_flags(parser)
+    parser = flags.ArgumentParser(prog="python -m pipelines.select", description=__doc__.splitlines()[0])
+    flags.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the column whose values are the candidates")
     candidates = parser.add_mutually_exclusive_group(required=True)
     candidates.add_argument("--candidates", help="a file (local or gs://) with one candidate label a line")
     candidates.add_argument("--candidate-range", help="integer candidates LO:HI (LO included, HI excluded)")
-    common.add_privacy_flags(parser)
+    flags.add_privacy_flags(parser)
     parser.add_argument("--top-k", type=int, default=1, help="how many candidates to select (default 1)")
     parser.add_argument(
         "--mechanism",
@@ -110,12 +110,12 @@ def charged(args: argparse.Namespace) -> Release:
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
-    common.check_unit_flags(args)
+    flags.check_unit_flags(args)
     family, spec = candidate_family(args)
     select = selection(args, family)
     sensitivity = select.sensitivity
-    specs = [spec, *common.unit_specs(args)]
-    files = common.check_input(args, specs)
+    specs = [spec, *flags.unit_specs(args)]
+    files = job.check_input(args, specs)
 
     cost = charged(args)
     loss = accuracy_bound(
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         num_candidates=family.num_candidates,
         monotonic=family.monotonic,
     )
-    public = common.release_manifest(
+    public = budget.release_manifest(
         args,
         mechanism=args.mechanism,
         cost=cost,
@@ -136,11 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         top_k=args.top_k,
     )
     release_selection = select | "Labels" >> beam.Map(lambda chosen: {"selected": family.labels(chosen), **public})
-    if common.dry_run(args, cost, files, public):
+    if budget.dry_run(args, cost, files, public):
         return 0
-    with common.charge(args, cost, "select"):  # before any row is read
-        released = common.run_counting_job(
-            args, beam_args, files, specs, family, release_selection, shard_size=args.shard_size
+    with budget.charge(args, cost, "select"):  # before any row is read
+        released = job.run_counting_job(
+            args, beam_args, job.CountingJob(files, specs, family, release_selection, shard_size=args.shard_size)
         )
 
     print(
@@ -151,4 +151,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(common.run_cli(main))
+    sys.exit(console.run_cli(main))

@@ -29,17 +29,17 @@ from beam_expmech import io, parameters
 from beam_expmech.manifest import rows_per_unit
 from beam_expmech.synth import MAX_MEMORY
 from beam_expmech.transforms import GatherCounts, PrivateSynthesis
-from pipelines import common
+from pipelines import budget, console, domain_files, flags, job
 
 
-def build_parser() -> common.ArgumentParser:
+def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = common.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
-    common.add_input_flags(parser)
+    parser = flags.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
+    flags.add_input_flags(parser)
     parser.add_argument(
         "--domain", required=True, help='DOMAIN.json: {"column": number of codes} or {"column": ["label", ...]}'
     )
-    common.add_privacy_flags(parser)
+    flags.add_privacy_flags(parser)
     parser.add_argument(
         "--delta",
         type=float,
@@ -102,17 +102,17 @@ def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> N
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
-    common.check_unit_flags(args)
+    flags.check_unit_flags(args)
     parameters.positive_finite(args.epsilon, "epsilon")
     if args.method == "aim":
         parameters.probability(args.delta, "--delta")
-    described = common.read_domain(args.domain)
+    described = domain_files.read_domain(args.domain)
     columns = args.columns.split(",") if args.columns else list(described)
     unknown = [c for c in columns if c not in described]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
     described = {c: described[c] for c in columns}
-    domain = common.domain_sizes(described)
+    domain = domain_files.domain_sizes(described)
     # Flag-level checks that name the flags; the step checks the rest (and the generator's memory) when
     # built: all before any budget is spent.
     if args.method == "blr" and args.rows is None:
@@ -135,11 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         progress=_progress_bar() if sys.stderr.isatty() else None,
     )
     family = step.family
-    specs = [common.domain_spec(c, v) for c, v in described.items()] + common.unit_specs(args)
-    files = common.check_input(args, specs)
+    specs = [domain_files.domain_spec(c, v) for c, v in described.items()] + flags.unit_specs(args)
+    files = job.check_input(args, specs)
 
     cost, delta = step.cost, step.delta
-    public = common.release_manifest(
+    public = budget.release_manifest(
         args,
         mechanism=args.method,
         cost=cost,
@@ -155,11 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
             "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells",
             "generator memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
-    if common.dry_run(args, cost, files, plan):
+    if budget.dry_run(args, cost, files, plan):
         return 0
-    with common.charge(args, cost, "synthesize", delta=delta):  # before any row is read
-        common.run_counting_job(
-            args, beam_args, files, specs, family, release, write=lambda p: write_outputs(p, output, labels)
+    with budget.charge(args, cost, "synthesize", delta=delta):  # before any row is read
+        job.run_counting_job(
+            args,
+            beam_args,
+            job.CountingJob(files, specs, family, release),
+            write=lambda p: write_outputs(p, output, labels),
         )
     manifest = io.read_json(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
@@ -171,4 +174,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(common.run_cli(main))
+    sys.exit(console.run_cli(main))

@@ -21,7 +21,8 @@ import pytest
 
 from beam_expmech import io
 from beam_expmech.transforms import GatherCounts
-from pipelines import common, select
+from pipelines import job, select
+from pipelines.flags import unit_specs
 
 K = 2
 ITEMS = 8
@@ -37,10 +38,10 @@ def select_counts(source: str, out) -> np.ndarray:
     its command line checks them (its Write step captures them)."""
     args, beam_args = select.parse_args(["--input", source, *FLAGS, "--output", f"{out}.json"])
     family, spec = select.candidate_family(args)
-    specs = [spec, *common.unit_specs(args)]
+    specs = [spec, *unit_specs(args)]
     captured = f"{out}.npy"
-    common.counting_pipeline(
-        args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
+    job.counting_pipeline(
+        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, GatherCounts()),
         lambda counts: np.save(captured, counts),
     ).run().wait_until_finish()  # fmt: skip
     return np.load(captured)
@@ -101,7 +102,7 @@ def test_each_unit_counts_min_k_of_its_valid_rows(audit, name, inputs, tmp_path)
 
 def check_input(source: str) -> None:
     args, _ = select.parse_args(["--input", source, *FLAGS, "--output", "x.json"])
-    common.check_input(args, [select.candidate_family(args)[1], *common.unit_specs(args)])
+    job.check_input(args, [select.candidate_family(args)[1], *unit_specs(args)])
 
 
 def test_files_that_type_the_unit_column_differently_are_refused_before_any_budget(tmp_path):

@@ -35,7 +35,7 @@ from beam_expmech import halfspaces
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import selection_probabilities
 from beam_expmech.transforms import GatherCounts
-from pipelines import common, learn
+from pipelines import job, learn
 
 SAMPLER_DRAWS = 40_000 if LONG else 6_000
 INTEGER = ["--weights", "-1,0,1", "--privacy-unit", "user", "--max-rows-per-unit", "2", "--epsilon", "1"]
@@ -81,8 +81,8 @@ def pipeline_counts(tmp_path, name: str, rows: list[tuple], flags: list[str], us
     features = learn.feature_columns(args)
     family, specs = learn.pattern_family(args, features)
     captured = tmp_path / f"{name}.npy"
-    common.counting_pipeline(
-        args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
+    job.counting_pipeline(
+        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, GatherCounts()),
         lambda counts: np.save(captured, counts),
     ).run().wait_until_finish()  # fmt: skip
     return args, learn.candidate_matrix(args, len(features)), np.load(captured)

@@ -29,7 +29,8 @@ from privacy_loss import DRAWS, PrivacyLoss, log_ratio_lower_bound, record_sampl
 from sampling import assert_follows, peeling_pmf
 
 from beam_expmech.mechanisms import exponential_mechanism, permute_and_flip_probabilities
-from pipelines import common, select
+from pipelines import job, select
+from pipelines.flags import unit_specs
 
 LABELS = ("a", "b", "c", "d", "e", "f", "g")
 MAX_ROWS = 2  # K rows per user: sensitivity 2
@@ -58,12 +59,12 @@ def pipeline_shards(tmp_path, name: str, users: list[int], items: list[int], fla
     pq.write_table(pa.table({"user": users, "item": column}), path)
     args, beam_args = select.parse_args(["--input", str(path), *flags, "--output", str(tmp_path / f"{name}.json")])
     family, spec = select.candidate_family(args)
-    specs = [spec, *common.unit_specs(args)]
+    specs = [spec, *unit_specs(args)]
     captured = tmp_path / f"{name}.pickle"
-    common.counting_pipeline(
-        args, beam_args, common.check_input(args, specs), specs, family, beam.combiners.ToList(),
+    job.counting_pipeline(
+        args, beam_args,
+        job.CountingJob(job.check_input(args, specs), specs, family, beam.combiners.ToList(), args.shard_size),
         lambda shards: captured.write_bytes(pickle.dumps(sorted(shards, key=lambda kv: kv[0]))),
-        shard_size=args.shard_size,
     ).run().wait_until_finish()  # fmt: skip
     return pickle.loads(captured.read_bytes())
 
@@ -220,10 +221,9 @@ def test_select_at_production_shard_sizes(audit, tmp_path):
     args, beam_args = select.parse_args(flags)
     family, spec = select.candidate_family(args)
     captured = tmp_path / "shards.pickle"
-    common.counting_pipeline(
-        args, beam_args, common.check_input(args, [spec]), [spec], family, beam.combiners.ToList(),
+    job.counting_pipeline(
+        args, beam_args, job.CountingJob(job.check_input(args, [spec]), [spec], family, beam.combiners.ToList(), shard),
         lambda shards: captured.write_bytes(pickle.dumps(sorted(shards, key=lambda kv: kv[0]))),
-        shard_size=shard,
     ).run().wait_until_finish()  # fmt: skip
     shards = pickle.loads(captured.read_bytes())
     draws = []

@@ -27,7 +27,8 @@ from beam_expmech.mechanisms.quantile import private_quantile, quantile_probabil
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.transforms import GatherCounts
-from pipelines import common, quantiles
+from pipelines import job, quantiles
+from pipelines.flags import unit_specs
 
 
 @pytest.mark.parametrize("q,max_rows", [(0.5, 1), (0.2, 1), (0.9, 2)])
@@ -150,10 +151,10 @@ def graph_histogram(tmp_path, name: str, users: list[int], values: list[float], 
     args, beam_args = quantiles.parse_args(["--input", str(path), "--column", "x", *flags,
                                             "--output", str(tmp_path / f"{name}.json")])  # fmt: skip
     family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
-    specs = [io.ColumnSpec(args.column, "float"), *common.unit_specs(args)]
+    specs = [io.ColumnSpec(args.column, "float"), *unit_specs(args)]
     captured = tmp_path / f"{name}.npy"
-    common.counting_pipeline(
-        args, beam_args, common.check_input(args, specs), specs, family, GatherCounts(),
+    job.counting_pipeline(
+        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, GatherCounts()),
         lambda counts: np.save(captured, counts),
     ).run().wait_until_finish()  # fmt: skip
     return np.load(captured)

@@ -90,7 +90,7 @@ def scores(family_name: str, counts: np.ndarray, max_rows: int) -> tuple[np.ndar
     return counts, max_rows * family.contribution, family.monotonic
 
 
-@settings(max_examples=200 if LONG else 4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200 if LONG else 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     units=st.lists(st.integers(1, 8), min_size=1, max_size=25),
     extra_rows=st.integers(1, 40),

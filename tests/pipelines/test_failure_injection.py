@@ -1,5 +1,5 @@
 """Failure injection: a worker that fails its first attempt, a kill while the release is written, and
-twelve runs racing for a budget that holds five. The budget charge is never lost and no output is ever partial."""
+eight runs racing for a budget that holds three. The budget charge is never lost and no output is ever partial."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from beam_data import purchases, write
 
 from beam_expmech import io
 from beam_expmech.ledger import Ledger
-from pipelines import common, select
+from pipelines import console, select
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_a_bundle_that_fails_once_retries_to_the_same_release_or_fails_cleanly(t
 
     monkeypatch.setattr(io, "read_split", fails_first_attempt(io.read_split, tmp_path / "failed-once"))
     capsys.readouterr()
-    code = common.run_cli(select.main, select_args(data, tmp_path / "flaky.json", ledger.path))
+    code = console.run_cli(select.main, select_args(data, tmp_path / "flaky.json", ledger.path))
     statuses = [r["status"] for r in ledger.dataset("shop")["releases"]]
     assert (tmp_path / "failed-once").exists()  # the failure did happen
     if code == 0:  # the runner retried the bundle: the same release
@@ -54,7 +54,7 @@ def test_a_bundle_that_fails_once_retries_to_the_same_release_or_fails_cleanly(t
         assert statuses == ["done", "done"]
     else:  # the runner gave up: one line, no output, the charge kept
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == common.JOB_ERROR and err[-1].startswith("error: the job failed: OSError;")
+        assert code == console.JOB_ERROR and err[-1].startswith("error: the job failed: OSError;")
         assert not (tmp_path / "flaky.json").exists() and statuses == ["done", "failed"]
 
 
@@ -62,7 +62,7 @@ def test_a_bundle_that_fails_once_retries_to_the_same_release_or_fails_cleanly(t
 KILLED_WHILE_WRITING = """
 import os, signal, sys, tempfile
 from beam_expmech import io
-from pipelines import common, select
+from pipelines import console, select
 
 real = tempfile.NamedTemporaryFile
 
@@ -84,7 +84,7 @@ class HalfThenKilled:
         return getattr(self.handle, name)
 
 io.tempfile = type("T", (), {"NamedTemporaryFile": staticmethod(HalfThenKilled)})
-sys.exit(common.run_cli(select.main, sys.argv[1:]))
+sys.exit(console.run_cli(select.main, sys.argv[1:]))
 """
 
 
@@ -118,15 +118,15 @@ def race(data: Path, tmp_path: Path, ledger: str, runs: int) -> list[int]:
 
 
 @pytest.mark.parametrize("where", ["local", "gs"])
-def test_twelve_concurrent_runs_never_overspend_a_budget_for_five(where, tmp_path, request):
+def test_eight_concurrent_runs_never_overspend_a_budget_for_three(where, tmp_path, request):
     data = write(purchases(500), tmp_path / "data.parquet", "parquet")
     if where == "gs":
         request.getfixturevalue("gcs_server_with_preconditions")
         path = "gs://test-bucket/race/ledger.json"
     else:
         path = str(tmp_path / "ledger.json")
-    Ledger(path).init("shop", epsilon=5.0)
-    assert race(data, tmp_path, path, 12) == [0] * 5 + [common.BUDGET_ERROR] * 7
+    Ledger(path).init("shop", epsilon=3.0)
+    assert race(data, tmp_path, path, 8) == [0] * 3 + [console.BUDGET_ERROR] * 5
     records = Ledger(path).dataset("shop")["releases"]
-    assert len(records) == 5 and {r["status"] for r in records} == {"done"}
-    assert len({r["output"] for r in records}) == 5  # five different runs, none lost
+    assert len(records) == 3 and {r["status"] for r in records} == {"done"}
+    assert len({r["output"] for r in records}) == 3  # three different runs, none lost

@@ -10,7 +10,7 @@ import pytest
 from beam_data import purchases, write
 
 from beam_expmech.ledger import Ledger, LedgerError
-from pipelines import common, select
+from pipelines import console, job, select
 from pipelines import ledger as ledger_cli
 
 
@@ -23,19 +23,19 @@ def test_pipelines_reserve_before_reading_and_exit_3_when_spent(tmp_path, capsys
             "--budget-ledger", path, "--dataset-id", "shop"]  # fmt: skip
     assert select.main(args) == 0
     capsys.readouterr()
-    assert common.run_cli(select.main, args) == 3
+    assert console.run_cli(select.main, args) == 3
     assert "dataset 'shop': 0.5 of its epsilon=1.5" in capsys.readouterr().err
-    monkeypatch.setattr(common, "run_counting_job", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
+    monkeypatch.setattr(job, "run_counting_job", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
     args[args.index("--epsilon") + 1] = "0.5"
     with pytest.raises(OSError):
         select.main(args)
     assert ledger_cli.main(["show", "--budget-ledger", path, "--dataset-id", "shop"]) == 0
     shown = capsys.readouterr().out
     assert shown.count(" done ") == 1 and shown.count(" failed ") == 1 and "remaining 0" in shown
-    assert common.run_cli(select.main, [*args[:-4], "--budget-ledger", path]) == 2  # --dataset-id missing
+    assert console.run_cli(select.main, [*args[:-4], "--budget-ledger", path]) == 2  # --dataset-id missing
     # A dataset the ledger has no budget for: the command line says how to set one, the library does not.
     capsys.readouterr()
-    assert common.run_cli(select.main, [*args[:-1], "unknown"]) == 2
+    assert console.run_cli(select.main, [*args[:-1], "unknown"]) == 2
     assert "python -m pipelines.ledger init" in capsys.readouterr().err
     with pytest.raises(LedgerError, match="has no budget") as raised:
         Ledger(path).dataset("unknown")

@@ -32,14 +32,14 @@ def test_a_run_logs_its_charge_and_its_rejected_rows_on_stderr_their_counts_at_d
     run = run_select(tmp_path)
     assert run.returncode == 0, run.stderr
     assert "INFO beam_expmech.ledger: dataset 'shop': reserved epsilon=1 (rho=0.125) for select" in run.stderr
-    assert f"WARNING pipelines.common: rows were rejected: see {tmp_path / 'r.dead_letter.csv'}" in run.stderr
+    assert f"WARNING pipelines.job: rows were rejected: see {tmp_path / 'r.dead_letter.csv'}" in run.stderr
     assert "marked done" in run.stderr and "1001" not in run.stderr
     assert "selected" in run.stdout and "selected" not in run.stderr  # the result on stdout, the log apart
 
     quiet = run_select(tmp_path, "--log-level", "WARNING")
     assert quiet.returncode == 0 and "INFO" not in quiet.stderr and "rows were rejected" in quiet.stderr
     debug = run_select(tmp_path, "--log-level", "DEBUG")
-    assert "DEBUG pipelines.common: non-private: read 1001 rows; 1 rejected" in debug.stderr
+    assert "DEBUG pipelines.job: non-private: read 1001 rows; 1 rejected" in debug.stderr
 
 
 def test_at_info_the_log_of_a_synthesis_is_the_same_whatever_the_size_of_the_data(tmp_path):

@@ -1,0 +1,76 @@
+"""How a command meets its user: exit codes, logging on stderr, and one line instead of a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from beam_expmech import io
+from beam_expmech.ledger import OverspendError
+from pipelines.job import JobFailedError
+
+_LOG = logging.getLogger(__name__)
+
+
+JOB_ERROR = 1
+
+
+USAGE_ERROR = 2
+
+
+BUDGET_ERROR = 3
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def configure_logging(argv: Sequence[str]) -> None:
+    """Beam's convention: the program sets up logging, the library only logs to its module loggers.
+
+    Ours (``beam_expmech.*``, ``pipelines.*``) log at --log-level on stderr; Beam and the rest stay at
+    WARNING whatever --log-level: at DEBUG Beam logs every element it processes, raw rows included.
+    Where logging is set up already (a Dataflow worker, Airflow, pytest) its handlers are kept.
+    """
+    flag = argparse.ArgumentParser(add_help=False)
+    flag.add_argument("--log-level", "--log_level", default="INFO")
+    level = flag.parse_known_args(argv)[0].log_level
+    level = level if level in LOG_LEVELS else "INFO"  # the command's own parser reports a bad value
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_first_line_of_beam_errors)
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)  # even where a host set the root lower
+    for name in ("beam_expmech", "pipelines"):
+        logging.getLogger(name).setLevel(level)
+
+
+def _first_line_of_beam_errors(record: logging.LogRecord) -> bool:
+    """Beam logs a failed step with its traceback; the user sees one line, and of the error only what
+    io.describe_error tells: its text may quote data (so at DEBUG too)."""
+    if record.name.startswith("apache_beam") and record.exc_info and record.exc_info[1] is not None:
+        record.msg, record.args = f"a step failed: {io.describe_error(record.exc_info[1])}", ()
+        record.exc_info = record.exc_text = None
+    elif record.name.startswith("apache_beam") and "\n" in record.getMessage():
+        record.msg, record.args = record.getMessage().splitlines()[0], ()
+    return True
+
+
+def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run ``main``; a user error becomes one line on stderr and exit code 2, never a traceback."""
+    configure_logging(sys.argv[1:] if argv is None else argv)
+    try:
+        return main(argv)
+    except (io.InputError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except OverspendError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BUDGET_ERROR
+    except JobFailedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return JOB_ERROR

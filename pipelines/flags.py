@@ -1,0 +1,84 @@
+"""The flags every command shares, and their checks (before anything is read or spent)."""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+from typing import NoReturn
+
+from beam_expmech import io
+from pipelines.console import LOG_LEVELS, USAGE_ERROR
+
+
+def add_input_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="a file, a glob, or gs://bucket/path (Parquet, CSV or Avro)")
+    parser.add_argument("--format", choices=io.FORMATS, help="the input format (default: from the file extension)")
+    parser.add_argument(
+        "--dead-letter",
+        help="where rejected rows go, with the reason (CSV, local or gs://): raw data, an operator's file, to keep "
+        "out of any published folder (default: OUT.dead_letter.csv beside --output)",
+    )
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (``error: ...``, exit 2), not the whole usage text.
+
+    Every ``--some-flag`` is also accepted as ``--some_flag`` (not shown in --help): Dataflow
+    Flex Template parameter names use underscores. Every command takes ``--log-level``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument(
+            "--log-level", choices=LOG_LEVELS, default="INFO", help="what to log on stderr (default INFO)"
+        )
+
+    def _add_action(self, action: argparse.Action) -> argparse.Action:
+        action = super()._add_action(action)
+        for name in action.option_strings:
+            if name.startswith("--") and "-" in name[2:]:
+                self._option_string_actions["--" + name[2:].replace("-", "_")] = action
+        return action
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"error: {self.prog}: {message} (see --help)\n")
+
+
+def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        required=True,
+        help="privacy loss: how much one privacy unit can change the release's odds, at most a factor e^epsilon "
+        "(smaller: more private, noisier)",
+    )
+    parser.add_argument(
+        "--privacy-unit", help="the column that identifies whom the guarantee protects (default: each row is one)"
+    )
+    parser.add_argument(
+        "--max-rows-per-unit",
+        type=int,
+        help="K: each unit keeps at most K rows, drawn at random; the noise grows with K (with --privacy-unit)",
+    )
+    parser.add_argument(
+        "--budget-ledger", help="ledger file (local or gs://) charged with every release of the dataset, across runs"
+    )
+    parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger, whose total budget this run spends")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan; read no data, spend nothing")
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
+
+
+def check_unit_flags(args: argparse.Namespace) -> None:
+    if (args.budget_ledger is None) != (args.dataset_id is None):
+        raise ValueError("--budget-ledger and --dataset-id go together")
+    if (args.privacy_unit is None) != (args.max_rows_per_unit is None):
+        raise ValueError("--privacy-unit and --max-rows-per-unit go together")
+    if args.max_rows_per_unit is not None and args.max_rows_per_unit < 1:
+        raise ValueError(f"--max-rows-per-unit must be >= 1, got {args.max_rows_per_unit}")
+    if args.dead_letter is not None and posixpath.normpath(args.dead_letter) == posixpath.normpath(args.output):
+        raise ValueError("--dead-letter must not be --output: the dead letter holds raw rows")
+
+
+def unit_specs(args: argparse.Namespace) -> list[io.ColumnSpec]:
+    """The privacy-unit column, if any: any type, never null."""
+    return [io.ColumnSpec(args.privacy_unit, "any")] if args.privacy_unit else []

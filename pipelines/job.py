@@ -1,0 +1,133 @@
+"""One pass over the data on Beam: read the files, validate, bound, count one predicate family, then the final step."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import posixpath
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_expmech import io
+from beam_expmech.predicates import PredicateFamily
+from beam_expmech.transforms import (
+    BoundContributions,
+    PredicateCounts,
+    ReadRecordBatches,
+    ValidateBatches,
+    WriteDeadLetter,
+)
+from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
+from beam_expmech.transforms.read import METRICS_NAMESPACE
+
+_LOG = logging.getLogger(__name__)
+
+
+class JobFailedError(RuntimeError):
+    """The job stopped after it started reading (a corrupt file, a lost worker): nothing was released,
+    and the budget it reserved stays spent, since the data may have been read."""
+
+
+def dead_letter_path(output: str, dead_letter: str | None = None) -> str:
+    """Where rejected rows go: --dead-letter, or beside the release (OUT.json -> OUT.dead_letter.csv)."""
+    return dead_letter or posixpath.splitext(output)[0] + ".dead_letter.csv"
+
+
+def check_input(args: argparse.Namespace, specs: Sequence[io.ColumnSpec]) -> list[str]:
+    """The input files, after checking that each has every needed column (before any budget)."""
+    names = [s.name for s in specs]
+    if names.count(args.privacy_unit) > 1:  # a column is read once, as the unit or as a value
+        raise ValueError(f"--privacy-unit {args.privacy_unit!r} is also a column the release reads")
+    files = io.match_files(args.input)
+    io.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
+    return files
+
+
+def read_valid_batches(
+    pipeline: beam.Pipeline, files: Sequence[str], fmt: str | None, specs: Sequence[io.ColumnSpec], dead_letter: str
+):
+    """col: RecordBatch of the rows that passed validation; the rest go to the ``dead_letter`` file."""
+    batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, [s.name for s in specs])
+    checked = batches | "Validate" >> ValidateBatches(specs)
+    _ = checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter, [s.name for s in specs])
+    return checked.good
+
+
+@dataclass(frozen=True)
+class CountingJob:
+    """One pass over the data: the input ``files``, their columns as declared (``specs``), what to count
+    (``family``, in candidate shards of ``shard_size``), and the final step (``release``) that turns
+    col: (candidate shard, counts) into the one element the job releases."""
+
+    files: Sequence[str]
+    specs: Sequence[io.ColumnSpec]
+    family: PredicateFamily
+    release: beam.PTransform
+    shard_size: int = DEFAULT_SHARD_SIZE
+
+
+def counting_pipeline(
+    args: argparse.Namespace, beam_args: list[str], job: CountingJob, write: Callable[[object], None]
+) -> beam.Pipeline:
+    """The job's graph, not yet run: read, validate, bound (with --privacy-unit), count, release, ``write`` it."""
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    dead_letter = dead_letter_path(args.output, args.dead_letter)
+    batches = read_valid_batches(pipeline, job.files, args.format, job.specs, dead_letter)  # col: RecordBatch
+    if args.privacy_unit:
+        batches = batches | "Bound" >> BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
+    _ = (
+        batches
+        | "Count" >> PredicateCounts(job.family, shard_size=job.shard_size)  # col: (shard, counts)
+        | "Release" >> job.release  # col: the release, once
+        | "Write" >> beam.Map(write)
+    )
+    return pipeline
+
+
+def run_counting_job(
+    args: argparse.Namespace, beam_args: list[str], job: CountingJob, write: Callable[[object], None] | None = None
+) -> dict | None:
+    """Build ``counting_pipeline`` and run it to the end.
+
+    By default the release is a JSON-ready dict, written to --output and returned as read back;
+    ``write`` replaces that (and nothing is returned).
+    """
+    output, as_json = args.output, write is None
+    if as_json:
+
+        def write(payload):
+            io.write_json(output, payload)
+
+    pipeline = counting_pipeline(args, beam_args, job, write)
+    _LOG.info(
+        "running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(job.files), args.input
+    )
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    except Exception as error:  # whatever the runner raises: the user gets one line, the ledger "failed"
+        raise JobFailedError(f"the job failed: {io.describe_error(error)}; nothing was released, the budget "
+                             "reserved for it stays spent") from error  # fmt: skip
+    log_row_counts(result, dead_letter_path(args.output, args.dead_letter))
+    return io.read_json(output) if as_json else None
+
+
+def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str) -> None:
+    """The rows read and rejected, from the job's counters: exact, so not private, and logged at
+    DEBUG only, labelled so. At INFO and above no number that depends on the data: logs travel
+    further than the dead letter, and an exact count beside a release undoes its noise (the
+    synthesize manifest's noisy row count)."""
+    counts = {"rows_read": 0, "dead_letter_rows": 0}
+    for counter in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]:
+        if counter.key.metric.name in counts:
+            counts[counter.key.metric.name] += counter.committed or counter.attempted or 0
+    _LOG.debug("non-private: read %d rows; %d rejected", counts["rows_read"], counts["dead_letter_rows"])
+    if counts["dead_letter_rows"]:
+        _LOG.warning(
+            "rows were rejected: see %s (raw rows with the reason, an operator's file; their count at DEBUG)",
+            dead_letter,
+        )
