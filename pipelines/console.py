@@ -11,18 +11,11 @@ from beam_expmech import io
 from beam_expmech.ledger import OverspendError
 from pipelines.job import JobFailedError
 
-_LOG = logging.getLogger(__name__)
-
-
+# Exit codes: the job failed after it started reading (its charge stays), a usage error (nothing spent), the
+# budget would be overspent (nothing spent).
 JOB_ERROR = 1
-
-
 USAGE_ERROR = 2
-
-
 BUDGET_ERROR = 3
-
-
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
