@@ -5,34 +5,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from beam_expmech.accounting import PrivacyBudget, Release
 from beam_expmech.ledger import Ledger, UnknownDatasetError, budget_of
 from beam_expmech.manifest import BETA, manifest
 
 
-def charge(
-    args: argparse.Namespace, release: Release, pipeline: str, *, delta: float = 0.0
-) -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def charge(args: argparse.Namespace, release: Release, pipeline: str, *, delta: float = 0.0) -> Iterator[None]:
     """Charge ``release`` to this run's (--epsilon, delta) budget and, with --budget-ledger, reserve
-    it for --dataset-id now, before any data is read; the ledger marks it done or failed when
-    the block ends. Raises (nothing spent) if it does not fit."""
+    it for --dataset-id on entering the block, before any data is read; the ledger marks it done or
+    failed when the block ends. Raises (nothing spent) if it does not fit."""
     PrivacyBudget(epsilon=args.epsilon, delta=delta).charge(release)
     if args.budget_ledger is None:
-        return contextlib.nullcontext()
+        yield
+        return
     parameters = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
-    ledger = Ledger(args.budget_ledger)
-    try:
-        ledger.dataset(args.dataset_id)
-    except UnknownDatasetError:
-        raise ValueError(
-            f"dataset {args.dataset_id!r} has no budget in {args.budget_ledger} (set one with: python -m "
-            f"pipelines.ledger init --budget-ledger {args.budget_ledger} --dataset-id {args.dataset_id} --epsilon E)"
-        ) from None
-    return ledger.charged(
+    reservation = Ledger(args.budget_ledger).charged(
         args.dataset_id, release, pipeline=pipeline, parameters=parameters, output=getattr(args, "output", None)
     )
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(reservation)  # reads the ledger once: reserve, or refuse
+        except UnknownDatasetError:
+            raise ValueError(
+                f"dataset {args.dataset_id!r} has no budget in {args.budget_ledger} (set one with: python -m pipelines."
+                f"ledger init --budget-ledger {args.budget_ledger} --dataset-id {args.dataset_id} --epsilon E)"
+            ) from None
+        yield  # the block's exception, if any, reaches the reservation: marked failed, charge kept
 
 
 def release_manifest(
