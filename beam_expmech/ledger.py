@@ -25,8 +25,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
-from beam_expmech import io
 from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release
+from beam_expmech.io import writers
 
 _VERSION = 1
 _LOG = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class _LocalStore:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even on a crash
             document, _ = self.read()
             change(document)
-            io.write_atomically(self.path, _encode(document))
+            writers.write_atomically(self.path, _encode(document))
 
 
 class _GcsStore:

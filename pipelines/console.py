@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from beam_expmech import io
+from beam_expmech.io.errors import InputError, describe_error
 from beam_expmech.ledger import OverspendError
 from pipelines.job import JobFailedError
 
@@ -44,9 +44,9 @@ def configure_logging(argv: Sequence[str]) -> None:
 
 def _first_line_of_beam_errors(record: logging.LogRecord) -> bool:
     """Beam logs a failed step with its traceback; the user sees one line, and of the error only what
-    io.describe_error tells: its text may quote data (so at DEBUG too)."""
+    describe_error tells: its text may quote data (so at DEBUG too)."""
     if record.name.startswith("apache_beam") and record.exc_info and record.exc_info[1] is not None:
-        record.msg, record.args = f"a step failed: {io.describe_error(record.exc_info[1])}", ()
+        record.msg, record.args = f"a step failed: {describe_error(record.exc_info[1])}", ()
         record.exc_info = record.exc_text = None
     elif record.name.startswith("apache_beam") and "\n" in record.getMessage():
         record.msg, record.args = record.getMessage().splitlines()[0], ()
@@ -58,7 +58,7 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     configure_logging(sys.argv[1:] if argv is None else argv)
     try:
         return main(argv)
-    except (io.InputError, ValueError) as error:
+    except (InputError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
     except OverspendError as error:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from beam_expmech import io
+from beam_expmech.io import readers
+from beam_expmech.io.validation import ColumnSpec
 
 Domain = dict[str, "int | tuple[str, ...]"]
 
@@ -16,7 +17,7 @@ def read_domain(path: str) -> Domain:
     position in the list.
     """
     try:
-        raw = json.loads(io.read_text(path))
+        raw = json.loads(readers.read_text(path))
     except ValueError:
         raise ValueError(f"{path}: not a JSON file") from None
     if not isinstance(raw, dict) or not raw:
@@ -41,8 +42,8 @@ def domain_sizes(domain: Domain) -> dict[str, int]:
     return {c: v if isinstance(v, int) else len(v) for c, v in domain.items()}
 
 
-def domain_spec(column: str, value: int | tuple[str, ...]) -> io.ColumnSpec:
+def domain_spec(column: str, value: int | tuple[str, ...]) -> ColumnSpec:
     """How to read a column of the domain: int codes in [0, size), or one of its labels (as its code)."""
     if isinstance(value, int):
-        return io.ColumnSpec(column, "int", domain=(0, value))
-    return io.ColumnSpec(column, "label", labels=value)
+        return ColumnSpec(column, "int", domain=(0, value))
+    return ColumnSpec(column, "label", labels=value)

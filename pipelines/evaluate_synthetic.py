@@ -16,24 +16,25 @@ import sys
 
 import numpy as np
 
-from beam_expmech import io
+from beam_expmech.io import readers
+from beam_expmech.io.validation import REASON, MalformedRows, validate
 from beam_expmech.predicates import MarginalWorkload
 from pipelines import console, domain_files, flags
 
 
 def workload_counts(path: str, workload: MarginalWorkload, domain: domain_files.Domain) -> np.ndarray:
     """Summed workload counts of one table; a value outside its column's domain is an error."""
-    files = io.match_files(path)
-    io.check_columns(files, None, list(workload.columns))
+    files = readers.match_files(path)
+    readers.check_columns(files, None, list(workload.columns))
     specs = [domain_files.domain_spec(c, domain[c]) for c in workload.columns]
     total = np.zeros(workload.num_candidates, dtype=np.int64)
     for file in files:
-        for split in io.splits(file, io.file_format(file)):
-            for batch in io.read_split(split, workload.columns):
-                malformed = isinstance(batch, io.MalformedRows)
-                good, bad = (None, batch.rows) if malformed else io.validate(batch, specs)
+        for split in readers.splits(file, readers.file_format(file)):
+            for batch in readers.read_split(split, workload.columns):
+                malformed = isinstance(batch, MalformedRows)
+                good, bad = (None, batch.rows) if malformed else validate(batch, specs)
                 if bad is not None:
-                    raise ValueError(f"{file}: {bad.column(io.REASON)[0].as_py()} (and {bad.num_rows - 1} more rows)")
+                    raise ValueError(f"{file}: {bad.column(REASON)[0].as_py()} (and {bad.num_rows - 1} more rows)")
                 total += workload.count(good)
     return total
 

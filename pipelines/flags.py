@@ -6,13 +6,14 @@ import argparse
 import posixpath
 from typing import NoReturn
 
-from beam_expmech import io
+from beam_expmech.io import readers
+from beam_expmech.io.validation import ColumnSpec
 from pipelines.console import LOG_LEVELS, USAGE_ERROR
 
 
 def add_input_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="a file, a glob, or gs://bucket/path (Parquet, CSV or Avro)")
-    parser.add_argument("--format", choices=io.FORMATS, help="the input format (default: from the file extension)")
+    parser.add_argument("--format", choices=readers.FORMATS, help="the input format (default: from the file extension)")
     parser.add_argument(
         "--dead-letter",
         help="where rejected rows go, with the reason (CSV, local or gs://): raw data, an operator's file, to keep "
@@ -79,6 +80,6 @@ def check_unit_flags(args: argparse.Namespace) -> None:
         raise ValueError("--dead-letter must not be --output: the dead letter holds raw rows")
 
 
-def unit_specs(args: argparse.Namespace) -> list[io.ColumnSpec]:
+def unit_specs(args: argparse.Namespace) -> list[ColumnSpec]:
     """The privacy-unit column, if any: any type, never null."""
-    return [io.ColumnSpec(args.privacy_unit, "any")] if args.privacy_unit else []
+    return [ColumnSpec(args.privacy_unit, "any")] if args.privacy_unit else []

@@ -12,7 +12,9 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_expmech import io
+from beam_expmech.io import readers, writers
+from beam_expmech.io.errors import describe_error
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -37,18 +39,22 @@ def dead_letter_path(output: str, dead_letter: str | None = None) -> str:
     return dead_letter or posixpath.splitext(output)[0] + ".dead_letter.csv"
 
 
-def check_input(args: argparse.Namespace, specs: Sequence[io.ColumnSpec]) -> list[str]:
+def check_input(args: argparse.Namespace, specs: Sequence[ColumnSpec]) -> list[str]:
     """The input files, after checking that each has every needed column (before any budget)."""
     names = [s.name for s in specs]
     if names.count(args.privacy_unit) > 1:  # a column is read once, as the unit or as a value
         raise ValueError(f"--privacy-unit {args.privacy_unit!r} is also a column the release reads")
-    files = io.match_files(args.input)
-    io.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
+    files = readers.match_files(args.input)
+    readers.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
     return files
 
 
 def read_valid_batches(
-    pipeline: beam.Pipeline, files: Sequence[str], fmt: str | None, specs: Sequence[io.ColumnSpec], dead_letter: str
+    pipeline: beam.Pipeline,
+    files: Sequence[str],
+    fmt: str | None,
+    specs: Sequence[ColumnSpec],
+    dead_letter: str,
 ):
     """col: RecordBatch of the rows that passed validation; the rest go to the ``dead_letter`` file."""
     batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, [s.name for s in specs])
@@ -64,7 +70,7 @@ class CountingJob:
     col: (candidate shard, counts) into the one element the job releases."""
 
     files: Sequence[str]
-    specs: Sequence[io.ColumnSpec]
+    specs: Sequence[ColumnSpec]
     family: PredicateFamily
     release: beam.PTransform
     shard_size: int = DEFAULT_SHARD_SIZE
@@ -100,7 +106,7 @@ def run_counting_job(
     if as_json:
 
         def write(payload):
-            io.write_json(output, payload)
+            writers.write_json(output, payload)
 
     pipeline = counting_pipeline(args, beam_args, job, write)
     _LOG.info(
@@ -110,10 +116,10 @@ def run_counting_job(
         result = pipeline.run()
         result.wait_until_finish()
     except Exception as error:  # whatever the runner raises: the user gets one line, the ledger "failed"
-        raise JobFailedError(f"the job failed: {io.describe_error(error)}; nothing was released, the budget "
+        raise JobFailedError(f"the job failed: {describe_error(error)}; nothing was released, the budget "
                              "reserved for it stays spent") from error  # fmt: skip
     log_row_counts(result, dead_letter_path(args.output, args.dead_letter))
-    return io.read_json(output) if as_json else None
+    return readers.read_json(output) if as_json else None
 
 
 def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str) -> None:

@@ -20,7 +20,9 @@ import sys
 
 import apache_beam as beam
 
-from beam_expmech import halfspaces, io
+from beam_expmech import halfspaces
+from beam_expmech.io import readers
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import MarginalCounts
@@ -76,7 +78,7 @@ def candidate_matrix(args: argparse.Namespace, num_features: int) -> halfspaces.
     try:
         rows = [
             [halfspaces.exact_weight(w) for w in line.split(",")]
-            for line in io.read_text(args.candidates).splitlines()
+            for line in readers.read_text(args.candidates).splitlines()
             if line.strip()
         ]
     except ValueError:
@@ -99,10 +101,10 @@ def final_step(args: argparse.Namespace, candidates: halfspaces.Candidates) -> P
     )
 
 
-def pattern_family(args: argparse.Namespace, features: list[str]) -> tuple[MarginalCounts, list[io.ColumnSpec]]:
+def pattern_family(args: argparse.Namespace, features: list[str]) -> tuple[MarginalCounts, list[ColumnSpec]]:
     """The bit patterns of (features, label) the data pass counts, and how the columns must look to count."""
     columns = [*features, args.label]
-    specs = [io.ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + flags.unit_specs(args)
+    specs = [ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + flags.unit_specs(args)
     return MarginalCounts(columns, [2] * len(columns)), specs
 
 

@@ -19,7 +19,7 @@ import sys
 
 import apache_beam as beam
 
-from beam_expmech import io
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms.quantile import rank_error_bound
 from beam_expmech.predicates import HistogramCounts
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
     step = final_step(args, family)  # checks epsilon and the quantiles, and rehearses them on the grid
     epsilon, quantiles, max_rows = step.epsilon, step.quantiles, step.max_rows
-    specs = [io.ColumnSpec(args.column, "float"), *flags.unit_specs(args)]
+    specs = [ColumnSpec(args.column, "float"), *flags.unit_specs(args)]
     files = job.check_input(args, specs)
 
     each = epsilon / len(quantiles)

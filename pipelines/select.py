@@ -18,8 +18,10 @@ import sys
 
 import apache_beam as beam
 
-from beam_expmech import io
 from beam_expmech.accounting import Release
+from beam_expmech.io import readers
+from beam_expmech.io.errors import InputError, first_line
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import CategoryCounts
@@ -63,7 +65,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return build_parser().parse_known_args(argv)
 
 
-def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, io.ColumnSpec]:
+def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, ColumnSpec]:
     """The public candidates, and how the column must look for a row to count."""
     if args.candidate_range is not None:
         try:
@@ -74,14 +76,14 @@ def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, io.Colum
             raise ValueError(f"--candidate-range {args.candidate_range} is empty")
         if hi - lo > MAX_CANDIDATES:
             raise ValueError(f"--candidate-range {args.candidate_range} holds over {MAX_CANDIDATES:,} candidates")
-        return CategoryCounts(args.column, range(lo, hi)), io.ColumnSpec(args.column, "int")
+        return CategoryCounts(args.column, range(lo, hi)), ColumnSpec(args.column, "int")
     try:
-        labels = [line.strip() for line in io.read_text(args.candidates).splitlines() if line.strip()]
+        labels = [line.strip() for line in readers.read_text(args.candidates).splitlines() if line.strip()]
     except Exception as error:
-        raise io.InputError(f"{args.candidates}: cannot read the candidates ({io.first_line(error)})") from None
+        raise InputError(f"{args.candidates}: cannot read the candidates ({first_line(error)})") from None
     if not labels:
         raise ValueError(f"{args.candidates}: the candidate list is empty")
-    return CategoryCounts(args.column, labels), io.ColumnSpec(args.column, "string")
+    return CategoryCounts(args.column, labels), ColumnSpec(args.column, "string")
 
 
 def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect:

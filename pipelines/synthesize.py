@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from beam_expmech import io, parameters
+from beam_expmech import parameters
+from beam_expmech.io import readers, writers
 from beam_expmech.manifest import rows_per_unit
 from beam_expmech.synth import MAX_MEMORY
 from beam_expmech.transforms import GatherCounts, PrivateSynthesis
@@ -91,13 +92,13 @@ def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> N
     arrays = {c: pa.array(np.asarray(v, dtype=np.int64)) for c, v in columns.items()}
     table = pa.table({c: pa.array(labels[c]).take(v) if c in labels else v for c, v in arrays.items()})
     if output.lower().endswith(".csv"):
-        data = io.table_to_csv(table)
+        data = writers.table_to_csv(table)
     else:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         data = sink.getvalue().to_pybytes()
-    io.write_atomically(output, data)
-    io.write_json(manifest_path(output), manifest)
+    writers.write_atomically(output, data)
+    writers.write_json(manifest_path(output), manifest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             job.CountingJob(files, specs, family, release),
             write=lambda p: write_outputs(p, output, labels),
         )
-    manifest = io.read_json(manifest_path(output))
+    manifest = readers.read_json(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
     print(
         f"wrote {manifest['rows']:,} synthetic rows of {len(columns)} columns by {args.method}, "

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_expmech import io
+from beam_expmech.io import readers
+from beam_expmech.io.validation import canonical_identity
 from beam_expmech.mechanisms.randomness import random_source
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -27,9 +28,9 @@ _COMPACT_ROWS = 1 << 17
 
 
 def unit_hash(units: pa.Array) -> np.ndarray:
-    """A 64-bit hash of each unit's canonical form (io.canonical_identity), which every worker computes
+    """A 64-bit hash of each unit's canonical form (canonical_identity), which every worker computes
     alike and which keep_lowest groups by: numbers and text vectorised."""
-    units = io.canonical_identity(units)
+    units = canonical_identity(units)
     if pa.types.is_integer(units.type):
         return _mix(units.to_numpy(zero_copy_only=False).astype(np.int64, copy=False).view(np.uint64))
     if pa.types.is_floating(units.type):
@@ -92,7 +93,7 @@ def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     """
     if table.num_rows == 0:
         return table
-    units = io.canonical_identity(table.column(unit_column).combine_chunks())  # the form unit_hash sharded by
+    units = canonical_identity(table.column(unit_column).combine_chunks())  # the form unit_hash sharded by
     codes = pc.dictionary_encode(units).indices.to_numpy(zero_copy_only=False)
     # One sort key: the unit's code above its row's priority. (Equal priorities, 2^-32 a pair,
     # fall back on the sort's order: a negligible tilt of which rows are kept, not of how many.)
@@ -188,4 +189,4 @@ class BoundContributions(beam.PTransform):
 
 def _as_batches(_shard: int, table: pa.Table | None):
     if table is not None:
-        yield from table.drop_columns([PRIORITY]).to_batches(max_chunksize=io.BATCH_ROWS)
+        yield from table.drop_columns([PRIORITY]).to_batches(max_chunksize=readers.BATCH_ROWS)

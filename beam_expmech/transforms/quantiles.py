@@ -18,8 +18,9 @@ from collections.abc import Iterable
 import apache_beam as beam
 import numpy as np
 
-from beam_expmech import io, parameters
+from beam_expmech import parameters
 from beam_expmech.accounting import Release
+from beam_expmech.io.errors import first_line
 from beam_expmech.mechanisms.joint_quantiles import joint_quantiles
 from beam_expmech.mechanisms.quantile import private_quantile
 from beam_expmech.mechanisms.randomness import random_source
@@ -89,7 +90,7 @@ class PrivateQuantiles(beam.PTransform):
         try:
             self.release(np.zeros(self.family.num_candidates, dtype=np.int64))
         except (ValueError, ArithmeticError) as error:
-            raise ValueError(f"these quantiles cannot be released on this grid: {io.first_line(error)}") from None
+            raise ValueError(f"these quantiles cannot be released on this grid: {first_line(error)}") from None
 
     @property
     def cuts(self) -> np.ndarray:

@@ -8,7 +8,8 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from beam_expmech import io
+from beam_expmech.io import readers, writers
+from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows, validate
 
 # Operator-facing metrics: NOT private, never written to a release (docs/DESIGN.md section 4).
 METRICS_NAMESPACE = "beam_expmech.non_private"
@@ -18,39 +19,39 @@ GOOD, DEAD = "good", "dead"
 class ReadRecordBatches(beam.PTransform):
     """Files (local, glob or gs://) as record batches of the needed columns.
 
-    col: pyarrow.RecordBatch, and io.MalformedRows for CSV rows with the wrong number of fields
+    col: pyarrow.RecordBatch, and MalformedRows for CSV rows with the wrong number of fields
     (ValidateBatches sends them to the dead letter). Parquet files are read in parallel by row
     group, CSV and Avro by file; nothing is ever materialised whole.
     """
 
     def __init__(self, files: Sequence[str], fmt: str | None, columns: Sequence[str]):
         super().__init__()
-        self.splits = [(path, io.file_format(path, fmt)) for path in files]
+        self.splits = [(path, readers.file_format(path, fmt)) for path in files]
         self.columns = list(columns)
 
     def expand(self, pbegin):
         return (
             pbegin
             | "Files" >> beam.Create(self.splits)  # col: (path, format)
-            | "Splits" >> beam.FlatMapTuple(io.splits)  # col: (path, format, row group)
+            | "Splits" >> beam.FlatMapTuple(readers.splits)  # col: (path, format, row group)
             | "Spread" >> beam.Reshuffle()
-            | "Read" >> beam.FlatMap(io.read_split, columns=self.columns)  # col: RecordBatch
+            | "Read" >> beam.FlatMap(readers.read_split, columns=self.columns)  # col: RecordBatch
         )
 
 
 class _Validate(beam.DoFn):
-    def __init__(self, specs: Sequence[io.ColumnSpec]):
+    def __init__(self, specs: Sequence[ColumnSpec]):
         self.specs = list(specs)
         self.rows = Metrics.counter(METRICS_NAMESPACE, "rows_read")
         self.rejected = Metrics.counter(METRICS_NAMESPACE, "dead_letter_rows")
 
-    def process(self, batch: pa.RecordBatch | io.MalformedRows):
-        if isinstance(batch, io.MalformedRows):  # the reader could not split these rows into fields
+    def process(self, batch: pa.RecordBatch | MalformedRows):
+        if isinstance(batch, MalformedRows):  # the reader could not split these rows into fields
             self.rows.inc(batch.rows.num_rows)
             self.rejected.inc(batch.rows.num_rows)
             yield beam.pvalue.TaggedOutput(DEAD, batch.rows)
             return
-        good, bad = io.validate(batch, self.specs)
+        good, bad = validate(batch, self.specs)
         self.rows.inc(batch.num_rows)
         if good.num_rows:
             yield good
@@ -61,13 +62,13 @@ class _Validate(beam.DoFn):
 
 class ValidateBatches(beam.PTransform):
     """Split each batch into good rows (typed) and bad rows (text, with a reason); rows the reader
-    set aside (io.MalformedRows) are all bad.
+    set aside (MalformedRows) are all bad.
 
     Returns a tuple of PCollections with tags ``good`` (RecordBatch) and ``dead`` (pyarrow.Table).
     Bad rows are counted in the non-private counter ``dead_letter_rows``.
     """
 
-    def __init__(self, specs: Sequence[io.ColumnSpec]):
+    def __init__(self, specs: Sequence[ColumnSpec]):
         super().__init__()
         self.specs = list(specs)
 
@@ -105,12 +106,12 @@ class WriteDeadLetter(beam.PTransform):
     def __init__(self, path: str, columns: Sequence[str]):
         super().__init__()
         self.path = path
-        self.schema = pa.schema([(c, pa.string()) for c in columns] + [(io.REASON, pa.string())])
+        self.schema = pa.schema([(c, pa.string()) for c in columns] + [(REASON, pa.string())])
 
     def expand(self, dead):
         path = self.path
         return (
             dead
             | "Gather" >> beam.CombineGlobally(_ConcatTables(self.schema))
-            | "Write" >> beam.Map(lambda table: io.write_atomically(path, io.table_to_csv(table)))
+            | "Write" >> beam.Map(lambda table: writers.write_atomically(path, writers.table_to_csv(table)))
         )

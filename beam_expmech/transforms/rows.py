@@ -3,7 +3,7 @@
 The way in for data that comes from BigQuery, Kafka or a database as a PCollection rather than from
 files. Rows are gathered into batches; each declared column becomes one Arrow array per batch (built
 once from a list, never one Arrow object per row); and the batches go through the files' validation
-(``ValidateBatches``, that is ``io.validate``): one converter per column kind, and one canonical form
+(``ValidateBatches``, that is ``validate``): one converter per column kind, and one canonical form
 per privacy unit whatever the path (a unit 5 in a dict is the unit 5 of a file's integer column).
 """
 
@@ -16,7 +16,9 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from beam_expmech import io, parameters
+from beam_expmech import parameters
+from beam_expmech.io import readers
+from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows
 from beam_expmech.transforms.read import ValidateBatches
 
 # The Python types a value may have, and the Arrow type a column of one of them is built as. Anything
@@ -33,7 +35,7 @@ _MISSING = object()  # a field the row does not have
 class RowsToBatches(beam.PTransform):
     """col: dicts, beam.Row or NamedTuples -> validated record batches of exactly the declared columns.
 
-    ``schema``: the ``io.ColumnSpec`` list a file pipeline declares (privacy unit included). Rows carry no
+    ``schema``: the ``ColumnSpec`` list a file pipeline declares (privacy unit included). Rows carry no
     column types, so each identity column (kind "any") needs its values' Python type in ``identity_types``
     (int, float, str or bytes): a file's column has one type, and without one declared, 5 in one row and
     "5" in another would be two units. ``batch_size``: the most rows per batch.
@@ -51,14 +53,14 @@ class RowsToBatches(beam.PTransform):
     def __init__(
         self,
         *,
-        schema: Sequence[io.ColumnSpec],
-        batch_size: int = io.BATCH_ROWS,
+        schema: Sequence[ColumnSpec],
+        batch_size: int = readers.BATCH_ROWS,
         identity_types: Mapping[str, type] | None = None,
     ):
         super().__init__()
         self.specs = list(schema)
-        if not self.specs or not all(isinstance(spec, io.ColumnSpec) for spec in self.specs):
-            raise ValueError("schema must be a non-empty list of io.ColumnSpec")
+        if not self.specs or not all(isinstance(spec, ColumnSpec) for spec in self.specs):
+            raise ValueError("schema must be a non-empty list of ColumnSpec")
         names = [spec.name for spec in self.specs]
         twice = [name for name in names if names.count(name) > 1]
         if twice:
@@ -85,11 +87,11 @@ class RowsToBatches(beam.PTransform):
 
 
 def rows_as_batches(
-    rows: Sequence, specs: Sequence[io.ColumnSpec], identity_types: Mapping[str, type]
-) -> Iterator[pa.RecordBatch | io.MalformedRows]:
-    """The declared columns of ``rows`` as record batches for ``io.validate``, one per mix of value types
+    rows: Sequence, specs: Sequence[ColumnSpec], identity_types: Mapping[str, type]
+) -> Iterator[pa.RecordBatch | MalformedRows]:
+    """The declared columns of ``rows`` as record batches for ``validate``, one per mix of value types
     (each column of a batch holds one Python type, built as the Arrow type ``PLAIN_TYPES`` gives it), and
-    as ``io.MalformedRows`` the rows that make no such record (see ``RowsToBatches``)."""
+    as ``MalformedRows`` the rows that make no such record (see ``RowsToBatches``)."""
     records = [_fields(row) for row in rows]
     reason = np.full(len(records), -1, dtype=np.int32)  # index into texts, -1 for a row that makes a record
     texts: list[str] = []
@@ -109,8 +111,8 @@ def rows_as_batches(
     if bad.any():
         dead = {name: pa.array([_dead_text(v) for v, b in zip(values, bad, strict=True) if b], pa.string())
                 for name, values in columns.items()}  # fmt: skip
-        dead[io.REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
-        yield io.MalformedRows(pa.table(dead))
+        dead[REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
+        yield MalformedRows(pa.table(dead))
         columns = {name: [v for v, b in zip(values, bad, strict=True) if not b] for name, values in columns.items()}
     if not bad.all():
         yield from _batches_by_type(columns)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from beam_expmech import io
+from beam_expmech.io.errors import InputError
 from beam_expmech.transforms import GatherCounts
 from pipelines import job, select
 from pipelines.flags import unit_specs
@@ -108,12 +108,12 @@ def check_input(source: str) -> None:
 def test_files_that_type_the_unit_column_differently_are_refused_before_any_budget(tmp_path):
     pq.write_table(pa.table({"user": [5, 5], "item": [5, 5]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"user": ["5", "5"], "item": [5, 5]}), tmp_path / "b.parquet")
-    with pytest.raises(io.InputError, match="column 'user' holds text, but integers"):
+    with pytest.raises(InputError, match="column 'user' holds text, but integers"):
         check_input(str(tmp_path / "*.parquet"))
 
 
 def test_a_unit_column_of_several_avro_types_is_refused_before_any_budget(tmp_path):
     """Read as text, the union's 5 and "5" would be one unit: two people, whose rows bound each other."""
     write_avro(tmp_path / "u.avro", rows(5, 5, 1) + rows("5", 5, 1), unit_type=("null", "long", "string"))
-    with pytest.raises(io.InputError, match="column 'user' identifies privacy units, so its Avro type must be one"):
+    with pytest.raises(InputError, match="column 'user' identifies privacy units, so its Avro type must be one"):
         check_input(str(tmp_path / "u.avro"))

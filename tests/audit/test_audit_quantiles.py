@@ -20,8 +20,8 @@ import pytest
 from privacy_loss import DRAWS, PrivacyLoss, histogram_neighbours, log_ratio_lower_bound, record_sampler
 from references import definition_pmf, reference_pmf
 
-from beam_expmech import io
 from beam_expmech.accounting import Release
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.mechanisms.joint_quantiles import joint_probabilities, joint_problem, sample_bins
 from beam_expmech.mechanisms.quantile import private_quantile, quantile_probabilities
 from beam_expmech.mechanisms.randomness import random_source
@@ -151,7 +151,7 @@ def graph_histogram(tmp_path, name: str, users: list[int], values: list[float], 
     args, beam_args = quantiles.parse_args(["--input", str(path), "--column", "x", *flags,
                                             "--output", str(tmp_path / f"{name}.json")])  # fmt: skip
     family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
-    specs = [io.ColumnSpec(args.column, "float"), *unit_specs(args)]
+    specs = [ColumnSpec(args.column, "float"), *unit_specs(args)]
     captured = tmp_path / f"{name}.npy"
     job.counting_pipeline(
         args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, GatherCounts()),

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from beam_expmech import io
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import (
     BoundContributions,
@@ -35,7 +35,7 @@ K = 2
 
 def counted(rows: list, identity: type, tmp_path, files: list[pa.Table] = ()) -> np.ndarray:
     """The summed counts of item u (unit u's item) after bounding rows (and the files' batches, if any)."""
-    specs = [io.ColumnSpec("item", "int"), io.ColumnSpec("user", "any")]
+    specs = [ColumnSpec("item", "int"), ColumnSpec("user", "any")]
     out = tmp_path / "counts.json"
     with beam.Pipeline() as pipeline:
         checked = (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from beam_data import purchases, write
 
-from beam_expmech import io
+from beam_expmech.io import readers
 from beam_expmech.ledger import Ledger
 from pipelines import console, select
 
@@ -43,7 +43,7 @@ def test_a_bundle_that_fails_once_retries_to_the_same_release_or_fails_cleanly(t
     ledger.init("shop", epsilon=5.0)
     assert select.main(select_args(data, tmp_path / "clean.json", ledger.path)) == 0
 
-    monkeypatch.setattr(io, "read_split", fails_first_attempt(io.read_split, tmp_path / "failed-once"))
+    monkeypatch.setattr(readers, "read_split", fails_first_attempt(readers.read_split, tmp_path / "failed-once"))
     capsys.readouterr()
     code = console.run_cli(select.main, select_args(data, tmp_path / "flaky.json", ledger.path))
     statuses = [r["status"] for r in ledger.dataset("shop")["releases"]]
@@ -61,7 +61,7 @@ def test_a_bundle_that_fails_once_retries_to_the_same_release_or_fails_cleanly(t
 # Runs pipelines.select, killing its own process (SIGKILL) halfway through writing the release.
 KILLED_WHILE_WRITING = """
 import os, signal, sys, tempfile
-from beam_expmech import io
+from beam_expmech.io import writers
 from pipelines import console, select
 
 real = tempfile.NamedTemporaryFile
@@ -83,7 +83,7 @@ class HalfThenKilled:
     def __getattr__(self, name):
         return getattr(self.handle, name)
 
-io.tempfile = type("T", (), {"NamedTemporaryFile": staticmethod(HalfThenKilled)})
+writers.tempfile = type("T", (), {"NamedTemporaryFile": staticmethod(HalfThenKilled)})
 sys.exit(console.run_cli(select.main, sys.argv[1:]))
 """
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
-from beam_expmech import io
+from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows, validate
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import (
     BoundContributions,
@@ -37,7 +37,7 @@ from beam_expmech.transforms.rows import rows_as_batches
 
 K = 2
 ITEMS = 20
-SPECS = [io.ColumnSpec("item", "int"), io.ColumnSpec("user", "any")]
+SPECS = [ColumnSpec("item", "int"), ColumnSpec("user", "any")]
 SECRET = "SECRET-7f3a"
 ABSENT = object()  # a field a row lacks
 
@@ -108,9 +108,9 @@ def test_rows_give_the_release_the_parquet_file_gives_under_a_test_seed(tmp_path
 
 
 def test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value(tmp_path, caplog):
-    specs = [io.ColumnSpec("item", "int", domain=(0, 10)), io.ColumnSpec("user", "any"),
-             io.ColumnSpec("amount", "float"), io.ColumnSpec("colour", "label", labels=("red", "blue")),
-             io.ColumnSpec("note", "string")]  # fmt: skip
+    specs = [ColumnSpec("item", "int", domain=(0, 10)), ColumnSpec("user", "any"),
+             ColumnSpec("amount", "float"), ColumnSpec("colour", "label", labels=("red", "blue")),
+             ColumnSpec("note", "string")]  # fmt: skip
     good = {"item": 3, "user": 1, "amount": 2.5, "colour": "red", "note": "ok"}
     bad = {  # the reason each bad row must get
         "item: not an integer": {"item": SECRET},
@@ -145,10 +145,10 @@ def test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value(tmp_pat
     result.wait_until_finish()
     assert json.loads((tmp_path / "release.json").read_text()) == [3]  # good rows still released
     dead = pacsv.read_csv(dead_letter, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
-    assert dead.column_names == [s.name for s in specs] + [io.REASON]
-    assert sorted(dead.column(io.REASON).to_pylist()) == sorted([*bad, "not a row (a dict, beam.Row or NamedTuple)"])
+    assert dead.column_names == [s.name for s in specs] + [REASON]
+    assert sorted(dead.column(REASON).to_pylist()) == sorted([*bad, "not a row (a dict, beam.Row or NamedTuple)"])
     assert SECRET in dead_letter.read_text()  # the dead letter holds raw data: an operator's file
-    assert not any(SECRET in reason for reason in dead.column(io.REASON).to_pylist())
+    assert not any(SECRET in reason for reason in dead.column(REASON).to_pylist())
     # Beam's own DEBUG records dump elements (a dead-letter table, in any pipeline): at INFO and above, and in
     # the library's records at any level, nothing may quote a value.
     ours = [r for r in caplog.records if r.levelno >= logging.INFO or r.name.startswith("beam_expmech")]
@@ -178,8 +178,8 @@ def test_rows_travel_in_batches_of_at_most_batch_size(tmp_path):
 def test_text_that_is_no_utf8_goes_to_the_dead_letter_without_its_value():
     """A lone surrogate cannot cross a Beam coder, but reaches the transform from a step fused with it."""
     rows = [{"note": "fine"}, {"note": SECRET + "\ud800"}]
-    (dead, batch) = rows_as_batches(rows, [io.ColumnSpec("note", "string")], {})
-    assert dead.rows.column(io.REASON).to_pylist() == ["note: not UTF-8 text (a lone surrogate)"]
+    (dead, batch) = rows_as_batches(rows, [ColumnSpec("note", "string")], {})
+    assert dead.rows.column(REASON).to_pylist() == ["note: not UTF-8 text (a lone surrogate)"]
     assert dead.rows.column("note").to_pylist() == [SECRET + "\\ud800"]
     assert batch.column("note").to_pylist() == ["fine"]
 
@@ -187,8 +187,8 @@ def test_text_that_is_no_utf8_goes_to_the_dead_letter_without_its_value():
 def test_a_value_too_large_to_print_goes_to_the_dead_letter_and_the_job_goes_on():
     """str() refuses ints beyond 4,300 digits: one person's row must cost that row, not the release (review 3)."""
     rows = [{"item": 1, "user": 1}, {"item": 10**5000, "user": 2}, {"item": [10**5000], "user": 3}]
-    out = list(rows_as_batches(rows, [io.ColumnSpec("item", "int"), io.ColumnSpec("user", "any")], {"user": int}))
-    (dead,) = [o for o in out if isinstance(o, io.MalformedRows)]
+    out = list(rows_as_batches(rows, [ColumnSpec("item", "int"), ColumnSpec("user", "any")], {"user": int}))
+    (dead,) = [o for o in out if isinstance(o, MalformedRows)]
     assert dead.rows.column("user").to_pylist() == ["2", "3"]
     assert [o.num_rows for o in out if isinstance(o, pa.RecordBatch)] == [1]
 
@@ -196,10 +196,10 @@ def test_a_value_too_large_to_print_goes_to_the_dead_letter_and_the_job_goes_on(
 def test_a_value_keeps_its_own_type_whatever_its_neighbours_in_the_batch():
     """An int beside a float in one column must not become a float (2^60 + 1 would lose its last digit)."""
     rows = [{"n": 2**60 + 1}, {"n": 2.0}, {"n": "7"}, {"n": True}, {"n": None}]
-    batches = list(rows_as_batches(rows, [io.ColumnSpec("n", "int")], {}))
+    batches = list(rows_as_batches(rows, [ColumnSpec("n", "int")], {}))
     values = []
     for batch in batches:
-        good, _ = io.validate(batch, [io.ColumnSpec("n", "int")])
+        good, _ = validate(batch, [ColumnSpec("n", "int")])
         values += good.column("n").to_pylist()
     assert sorted(values) == [1, 2, 7, 2**60 + 1]
 
@@ -207,9 +207,9 @@ def test_a_value_keeps_its_own_type_whatever_its_neighbours_in_the_batch():
 @pytest.mark.parametrize(
     "arguments,message",
     [
-        ({"schema": []}, "schema must be a non-empty list of io.ColumnSpec"),
-        ({"schema": [("item", "int")]}, "schema must be a non-empty list of io.ColumnSpec"),
-        ({"schema": [io.ColumnSpec("a", "int")] * 2}, "schema declares column 'a' more than once"),
+        ({"schema": []}, "schema must be a non-empty list of ColumnSpec"),
+        ({"schema": [("item", "int")]}, "schema must be a non-empty list of ColumnSpec"),
+        ({"schema": [ColumnSpec("a", "int")] * 2}, "schema declares column 'a' more than once"),
         ({"schema": SPECS, "identity_types": {"user": int}, "batch_size": 0}, "batch_size must be an integer >= 1"),
         ({"schema": SPECS, "identity_types": {"user": int}, "batch_size": -3}, "batch_size must be an integer >= 1"),
         ({"schema": SPECS, "identity_types": {"user": int}, "batch_size": 2.5}, "batch_size must be an integer >= 1"),
@@ -226,4 +226,4 @@ def test_bad_arguments_are_one_line_value_errors(arguments, message):
 
 def test_an_unknown_kind_is_a_value_error():
     with pytest.raises(ValueError, match="kind must be string, int, float, label or any"):
-        RowsToBatches(schema=[io.ColumnSpec("item", "integer")])
+        RowsToBatches(schema=[ColumnSpec("item", "integer")])

@@ -1,0 +1,8 @@
+"""Files in and out, on record batches and Beam's ``FileSystems`` (local paths, globs, ``gs://``).
+
+readers     finding files, their formats, schema checks before any budget is spent, streamed batches
+csv_reader  CSV read so that a line is at most one record, whatever its neighbours hold
+validation  each needed column in its canonical type; bad rows, with a reason, to the dead letter
+writers     outputs written atomically
+errors      InputError, and what a message may say of any error
+"""

@@ -1,0 +1,218 @@
+"""Reading input files: finding them, their formats, schema checks before any budget is spent, and
+their record batches, streamed one split at a time (a Parquet row group, a CSV or Avro file).
+
+Everything here works on Beam's ``FileSystems``, so local paths, globs and ``gs://`` objects read
+the same. The Beam transforms that use it live in ``beam_expmech.transforms.read``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+from collections.abc import Iterator, Sequence
+
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from beam_expmech.io.csv_reader import csv_batches, csv_header
+from beam_expmech.io.errors import InputError, first_line
+from beam_expmech.io.validation import MalformedRows, type_family
+
+FORMATS = ("parquet", "csv", "avro")
+BATCH_ROWS = 65_536
+
+
+# --- finding files and their formats -------------------------------------------------------------
+
+
+def match_files(pattern: str) -> list[str]:
+    """The files a path or glob names (local or gs://), sorted; InputError if there are none."""
+    try:
+        matched = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # Beam raises BeamIOError and others; the user needs one line
+        raise InputError(f"{pattern}: cannot list files ({first_line(error)})") from None
+    files = sorted(m.path for m in matched if not m.path.endswith("/"))
+    if not files:
+        raise InputError(f"{pattern}: no file matches")
+    return files
+
+
+def file_format(path: str, declared: str | None = None) -> str:
+    """The declared format, or the one the extension names (.parquet/.pq, .csv, .avro)."""
+    if declared is not None:
+        if declared not in FORMATS:
+            raise InputError(f"unknown format {declared!r}; use one of {', '.join(FORMATS)}")
+        return declared
+    extension = posixpath.splitext(path.lower().removesuffix(".gz"))[1]
+    by_extension = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".avro": "avro"}
+    if extension not in by_extension:
+        raise InputError(f"{path}: cannot tell the format from the extension; pass --format")
+    return by_extension[extension]
+
+
+def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
+    """Each column of a file and the type it is read as, from its footer, header or schema (not its
+    rows): Parquet's own, bytes for every CSV column, the declared type for Avro (see ``_avro_type``)."""
+    with _read_errors(path, fmt), FileSystems.open(path) as handle:
+        if fmt == "parquet":
+            return {field.name: field.type for field in pq.read_schema(handle)}
+        if fmt == "avro":
+            types = _avro_types(fastavro.reader(handle))
+            return {name: pa.string() if kind is None else kind for name, kind in types.items()}  # None: as text
+        return {name: pa.binary() for name in csv_header(handle, path)[0]}
+
+
+def check_columns(
+    files: Sequence[str], fmt: str | None, columns: Sequence[str], identities: Sequence[str] = ()
+) -> None:
+    """InputError naming the first file that lacks a needed column, cannot be read, names a needed
+    column twice, types a needed column otherwise than the files before it (read as 5 in one file and
+    as "5" or 5.0 in another, one privacy unit would be two), or declares one of the ``identities``
+    (privacy units) in an Avro type that is read as its text (see ``_check_fields``)."""
+    first: dict[str, tuple[str, str]] = {}  # column -> (the first file that types it, its family)
+    for path in files:
+        path_format = file_format(path, fmt)
+        types = column_types(path, path_format)
+        missing = [c for c in columns if c not in types]
+        if missing:
+            raise InputError(f"{path}: missing column {missing[0]!r}")  # not the others: a CSV header may be a row
+        _check_fields(path, path_format, columns, identities)
+        for column in columns:
+            family = type_family(types[column])
+            if family is None:  # only nulls: every row will be rejected, whatever the other files hold
+                continue
+            where, expected = first.setdefault(column, (path, family))
+            if family != expected:
+                raise InputError(f"{path}: column {column!r} holds {family}, but {expected} in {where}")
+
+
+def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Sequence[str]) -> None:
+    """What column_types, one type per name, cannot tell of a file: a needed column
+    named twice (which one is read would be up to the reader, and the job would fail after its charge),
+    and an identity whose Avro type is not one primitive type (alone or with null). Such values are
+    read as their text (see ``_avro_type``), which is not one form per value: a union's 0.0 and -0.0
+    would be two units, its 5 and "5" one, and a fixed b"abc" in one file and bytes b"abc" in another two."""
+    with _read_errors(path, fmt), FileSystems.open(path) as handle:
+        if fmt == "csv":
+            names, read_as_text = csv_header(handle, path)[0], set()
+        elif fmt == "parquet":
+            names, read_as_text = pq.read_schema(handle).names, set()
+        else:
+            reader = fastavro.reader(handle)
+            names = [field["name"] for field in reader.writer_schema["fields"]]
+            read_as_text = {name for name, kind in _avro_types(reader).items() if kind is None}
+    twice = [c for c in columns if names.count(c) > 1]
+    if twice:
+        raise InputError(f"{path}: column {twice[0]!r} appears more than once")
+    inexact = [c for c in identities if c in read_as_text]
+    if inexact:
+        raise InputError(f"{path}: column {inexact[0]!r} identifies privacy units, so its Avro type must be one "
+                         "primitive type, alone or with null (not a union of several, a fixed, logical or nested "
+                         "type)")  # fmt: skip
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def splits(path: str, fmt: str) -> list[tuple[str, str, int | None]]:
+    """Units of parallel reading: one per Parquet row group, one per CSV or Avro file."""
+    if fmt == "parquet":
+        with FileSystems.open(path) as handle:
+            groups = pq.ParquetFile(handle).metadata.num_row_groups
+        return [(path, fmt, group) for group in range(groups)]
+    return [(path, fmt, None)]
+
+
+def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> Iterator[pa.RecordBatch | MalformedRows]:
+    """The record batches of one split, only the needed columns, streamed (never the whole file);
+    for CSV also the rows that could not be split into fields, set aside as ``MalformedRows``.
+
+    A file that cannot be read is an InputError naming the file and the error's type only.
+    """
+    path, fmt, group = split
+    columns = list(columns)
+    with _read_errors(path, fmt), FileSystems.open(path) as handle:
+        if fmt == "parquet":
+            yield from pq.ParquetFile(handle).iter_batches(BATCH_ROWS, row_groups=[group], columns=columns)
+        elif fmt == "csv":
+            yield from csv_batches(handle, path, columns, BATCH_ROWS)
+        else:
+            # fastavro decodes a dict per row: Avro is the one format read row by row.
+            reader = fastavro.reader(handle)
+            types = _avro_types(reader)
+            rows = []
+            for record in reader:
+                rows.append({c: record.get(c) for c in columns})
+                if len(rows) == BATCH_ROWS:
+                    yield _avro_batch(rows, columns, types)
+                    rows = []
+            if rows:
+                yield _avro_batch(rows, columns, types)
+
+
+@contextlib.contextmanager
+def _read_errors(path: str, fmt: str) -> Iterator[None]:
+    """Any failure to read ``path`` as an InputError built from the file name and the error's type:
+    the text of a parser's error may quote a row."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as error:
+        raise InputError(f"{path}: unreadable {fmt} file ({type(error).__name__})") from None
+
+
+# --- reading Avro: each column in the type its schema declares, never one inferred per batch --------
+
+# Avro's primitive types, and the Arrow type each is read as.
+_AVRO_TYPES = {
+    "boolean": pa.bool_(),
+    "int": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float64(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "bytes": pa.binary(),
+    "enum": pa.string(),
+}
+
+
+def _avro_types(reader: fastavro.reader) -> dict[str, pa.DataType | None]:
+    return {field["name"]: _avro_type(field["type"]) for field in reader.writer_schema["fields"]}
+
+
+def _avro_type(declared: str | dict | list) -> pa.DataType | None:
+    """The Arrow type of an Avro field's values, from its declared type: a primitive (or enum), alone
+    or with null. None for anything else (a union of several types, a logical, named or nested type):
+    each value is then read as its text, so that it reads the same whatever the rows beside it."""
+    branches = [b for b in (declared if isinstance(declared, list) else [declared]) if b != "null"]
+    if len(branches) != 1:
+        return None
+    branch = branches[0]
+    if isinstance(branch, dict):
+        branch = None if "logicalType" in branch else branch.get("type")
+    return _AVRO_TYPES.get(branch) if isinstance(branch, str) else None
+
+
+def _avro_batch(rows: list[dict], columns: Sequence[str], types: dict[str, pa.DataType | None]) -> pa.RecordBatch:
+    arrays = []
+    for c in columns:
+        values = [row[c] for row in rows]
+        if types[c] is None:
+            arrays.append(pa.array([None if v is None else str(v) for v in values], pa.string()))
+        else:
+            arrays.append(pa.array(values, types[c]))
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
+
+
+def read_json(path: str) -> dict:
+    return json.loads(read_text(path))
+
+
+def read_text(path: str) -> str:
+    """A small text file, local or gs:// (a UTF-8 byte-order mark is dropped)."""
+    with FileSystems.open(path) as handle:
+        return handle.read().decode("utf-8-sig")

@@ -1,0 +1,223 @@
+"""Row validation: each needed column in its canonical type, bad rows to the dead letter with a reason.
+
+One converter per column kind (``ColumnSpec.kind``), on whole record batches. A reason names the
+column and the problem, never the value: the dead letter is the data owner's, a log line is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# A privacy unit's value (its canonical form, see canonical_identity) may be this long at most; a longer
+# one goes to the dead letter. Public, and far above any real identifier: it caps the memory one unit
+# costs the bounding step (its hash takes tens of times a unit's length), so one huge field cannot crash
+# a job after its charge.
+MAX_IDENTITY_BYTES = 1024
+REASON = "reason"
+_INTEGER = r"^\s*[+-]?[0-9]+\s*$"
+_NUMBER = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """A column the job reads, what its values must be, and (optionally) their domain.
+
+    kind: "string", "int", "float", "label", or "any" (an identity such as a privacy unit: only nulls
+    are rejected, and each value takes its ``canonical_identity``).
+    ``domain`` (ints only): values must lie in [lo, hi).
+    ``labels`` (labels only): the values a column may hold, each read as its position (an int code).
+    """
+
+    name: str
+    kind: str
+    domain: tuple[int, int] | None = None
+    labels: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("string", "int", "float", "label", "any"):
+            raise ValueError(f"kind must be string, int, float, label or any, got {self.kind!r}")
+        if (self.kind == "label") != (self.labels is not None):
+            raise ValueError("labels go with kind 'label', and only with it")
+
+
+@dataclass(frozen=True)
+class MalformedRows:
+    """Rows a reader could not make into a record, in the dead letter's form. CSV lines that are not one
+    record of the header's width: the needed columns empty (which field is which cannot be told) and a
+    reason naming the file and the line. Rows of a PCollection (transforms.rows): their declared fields as
+    text and a reason naming the column."""
+
+    rows: pa.Table
+
+
+def type_family(kind: pa.DataType) -> str | None:
+    """What a column's values are, as far as reading them goes: types of one family (int32 and int64,
+    string and bytes) give every value the same canonical form. None for a column of nulls only."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_null(kind):
+        return None
+    if pa.types.is_integer(kind):
+        return "integers"
+    if pa.types.is_floating(kind):
+        return "floating-point numbers"
+    if pa.types.is_boolean(kind):
+        return "booleans"
+    if _is_text(kind):
+        return "text"
+    return f"values of type {kind}"
+
+
+_TEXT_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
+               pa.types.is_large_binary, pa.types.is_binary_view)  # fmt: skip
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return any(check(kind) for check in _TEXT_TYPES)
+
+
+def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.RecordBatch, pa.Table | None]:
+    """(good rows with each column in its canonical type, bad rows as text with a reason column).
+
+    A row is bad if a needed column is null, of the wrong type, NaN or infinite, or outside its
+    declared domain. The first reason found is the one recorded.
+    """
+    reason = np.full(batch.num_rows, -1, dtype=np.int32)  # index into texts, -1 for a good row
+    texts, clean = [], []
+    for spec in specs:
+        values, problems = _convert(batch.column(spec.name), spec)
+        for problem, mask in problems:
+            reason[mask & (reason < 0)] = len(texts)
+            texts.append(f"{spec.name}: {problem}")
+        clean.append(values)
+    bad = reason >= 0
+    names = [s.name for s in specs]
+    if not bad.any():
+        return pa.RecordBatch.from_arrays(clean, names=names), None
+    good_rows = pa.array(~bad)
+    good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)
+    bad_rows = pa.array(bad)
+    rejected = {s.name: _as_text(batch.column(s.name).filter(bad_rows)) for s in specs}
+    rejected[REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
+    return good, pa.table(rejected)
+
+
+def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[str, np.ndarray]]]:
+    """The column in the spec's type (bad slots filled with a placeholder), and (problem, mask) pairs."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    problems = [("null", _mask(column.is_null()))]
+    if pa.types.is_uint64(column.type) and spec.kind in ("int", "any"):
+        # int64 is the one integer form: beyond it a value would wrap onto another (2^64 - 1 onto -1).
+        problems.append(("out of the 64-bit range", _mask(pc.greater(column, pa.scalar(2**63 - 1, column.type)))))
+    if spec.kind == "any":  # an identity
+        identity = canonical_identity(column)
+        if pa.types.is_large_binary(identity.type):
+            too_long = _mask(pc.greater(pc.binary_length(identity), MAX_IDENTITY_BYTES))
+            problems.append((f"longer than {MAX_IDENTITY_BYTES} bytes", too_long))
+        return identity, problems
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        column, invalid = _decoded(column)
+        problems.append(("not UTF-8 text", invalid))
+    if spec.kind == "string":
+        return _as_text(column), problems
+    if spec.kind == "label":
+        codes = pc.index_in(_as_text(column), value_set=pa.array(spec.labels, pa.string()))
+        problems.append(
+            (f"not one of the domain's {len(spec.labels)} labels", _mask(codes.is_null()) & ~problems[0][1])
+        )
+        return codes.fill_null(0).cast(pa.int64()), problems
+    target = pa.int64() if spec.kind == "int" else pa.float64()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        parses = _mask(pc.match_substring_regex(column, _INTEGER if spec.kind == "int" else _NUMBER))
+        problems.append((f"not {'an integer' if spec.kind == 'int' else 'a number'}", ~parses & ~problems[0][1]))
+        column = pc.if_else(pa.array(parses), pc.utf8_trim_whitespace(column), "0")
+        values, overflow = _parse(column, target)
+        problems.append(("out of the 64-bit range", overflow))
+    elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type):
+        if pa.types.is_boolean(column.type):
+            column = column.cast(pa.int64())  # fill_null(0) cannot fill a boolean column
+        values = column.fill_null(0).to_numpy(zero_copy_only=False)
+        if spec.kind == "int" and values.dtype.kind == "f":
+            integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**63)
+            problems.append(("not an integer", ~integral))
+            values = np.where(integral, values, 0)
+        values = pa.array(values.astype(np.int64 if spec.kind == "int" else np.float64, copy=False))
+    else:
+        problems.append((f"wrong type {column.type}", np.ones(len(column), bool)))
+        values = pa.array(np.zeros(len(column)), target)
+    array = values.to_numpy(zero_copy_only=False)
+    if spec.kind == "float":
+        problems.append(("NaN or infinite", ~np.isfinite(array)))
+    if spec.domain is not None:
+        lo, hi = spec.domain
+        problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
+    return values, problems
+
+
+def canonical_identity(column: pa.Array) -> pa.Array:
+    """One form per value, whatever the batch or file it came from, for values that identify (privacy
+    units): integers and booleans as int64, floats as float64 with -0.0 as 0.0 and a single NaN, text
+    and bytes as their bytes, anything else (a date, a decimal, a list) as the bytes of its text.
+
+    Within one type family (see ``type_family``) equal values, and only they, have equal forms; but
+    for uint64 values beyond int64, which wrap here and which validation sends to the dead letter.
+    """
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        return canonical_identity(column.dictionary_decode())
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        return pc.cast(column, pa.int64(), safe=False)  # uint64 beyond 2^63 wraps (see above)
+    if pa.types.is_floating(kind):
+        values = pc.add(pc.cast(column, pa.float64()), 0.0)  # -0.0 + 0.0 is 0.0
+        return pc.if_else(pc.is_nan(values), pa.scalar(float("nan")), values)  # NaNs differ in their bits
+    if not _is_text(kind):
+        column = _as_text(column)
+    return pc.cast(column, pa.large_binary())
+
+
+def _decoded(column: pa.Array, *, escape: bool = False) -> tuple[pa.Array, np.ndarray]:
+    """Bytes as UTF-8 text, and which rows were not valid UTF-8: null, or with ``escape`` their
+    bad bytes as \\xNN (for the dead letter)."""
+    try:
+        return pc.cast(column, pa.string()), np.zeros(len(column), bool)
+    except pa.ArrowInvalid:  # only batches holding a bad byte get here, row by row
+        texts, invalid = [], np.zeros(len(column), bool)
+        for i, value in enumerate(column.to_pylist()):
+            try:
+                texts.append(None if value is None else value.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(value.decode("utf-8", "backslashreplace") if escape else None)
+                invalid[i] = True
+        return pa.array(texts, pa.string()), invalid
+
+
+def _parse(column: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Cast text that matched the number pattern; values beyond int64 are flagged, not fatal."""
+    try:
+        return pc.cast(column, target), np.zeros(len(column), bool)
+    except pa.ArrowInvalid:
+        # Only batches holding an integer of 20 digits or more get here, row by row.
+        values = [int(t) for t in column.to_pylist()]
+        overflow = np.array([not -(2**63) <= v < 2**63 for v in values])
+        return pa.array([0 if o else v for v, o in zip(values, overflow, strict=True)], target), overflow
+
+
+def _as_text(array: pa.Array) -> pa.Array:
+    if array.type == pa.string():
+        return array
+    if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):
+        return _decoded(array, escape=True)[0]
+    try:
+        return pc.cast(array, pa.string(), safe=False)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # nested types: Python's repr, row by row
+        return pa.array([None if v is None else str(v) for v in array.to_pylist()], pa.string())
+
+
+def _mask(array: pa.Array) -> np.ndarray:
+    return array.fill_null(False).to_numpy(zero_copy_only=False).astype(bool, copy=False)

@@ -1,0 +1,92 @@
+"""Validating batches into good rows in their canonical types and a dead letter with reasons."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from beam_expmech.io.validation import MAX_IDENTITY_BYTES, REASON, ColumnSpec, validate
+
+
+def test_an_identity_takes_its_canonical_form():
+    batch = pa.record_batch(
+        {"f": [-0.0, 0.0, float("nan")], "i": pa.array([5, 6, None], pa.int32()), "s": ["a", "b", "c"]}
+    )
+    good, bad = validate(batch, [ColumnSpec(c, "any") for c in ("f", "i", "s")])
+    assert bad.column(REASON).to_pylist() == ["i: null"]
+    assert np.signbit(good.column("f").to_numpy()).tolist() == [False, False]
+    assert good.schema.types == [pa.float64(), pa.int64(), pa.large_binary()]
+
+
+def test_a_uint64_identity_beyond_int64_is_rejected_never_wrapped_onto_another():
+    """As int64, 2^64 - 1 would be -1: two people, one unit."""
+    batch = pa.record_batch({"u": pa.array([2**64 - 1, 2**63, 2**63 - 1], pa.uint64())})
+    for kind in ("any", "int"):
+        good, bad = validate(batch, [ColumnSpec("u", kind)])
+        assert good.column("u").to_pylist() == [2**63 - 1]
+        assert bad.column(REASON).to_pylist() == ["u: out of the 64-bit range"] * 2
+
+
+def test_an_identity_longer_than_the_public_limit_is_rejected():
+    """Else one huge unit would cost the bounding step memory many times its size, after the charge."""
+    limit = MAX_IDENTITY_BYTES
+    batch = pa.record_batch({"u": ["a" * limit, "é" * (limit // 2 + 1), "b" * (limit + 1)], "n": [1, 2, 3]})
+    good, bad = validate(batch, [ColumnSpec("u", "any"), ColumnSpec("n", "int")])
+    assert good.column("n").to_pylist() == [1]
+    assert bad.column(REASON).to_pylist() == [f"u: longer than {limit} bytes"] * 2
+    assert bad.column("n").to_pylist() == ["2", "3"]  # the row, whole, in the dead letter
+
+
+def test_validation_routes_each_bad_row_with_its_reason():
+    batch = pa.record_batch(
+        {
+            "n": pa.array(["1", " 2 ", "x", None, "99999999999999999999", "7", "8", "9"]),
+            "f": pa.array([0.5, 1.0, 2.0, 3.0, 4.0, float("nan"), float("inf"), 1.0]),
+            "d": pa.array([0, 1, 2, 3, 4, 5, 6, 10]),
+        }
+    )
+    specs = [
+        ColumnSpec("n", "int"),
+        ColumnSpec("f", "float"),
+        ColumnSpec("d", "int", domain=(0, 10)),
+    ]
+    good, bad = validate(batch, specs)
+    assert good.column("n").to_pylist() == [1, 2]
+    assert good.column("n").type == pa.int64() and good.column("f").type == pa.float64()
+    assert bad.column("reason").to_pylist() == [
+        "n: not an integer",
+        "n: null",
+        "n: out of the 64-bit range",
+        "f: NaN or infinite",
+        "f: NaN or infinite",
+        "d: outside the domain [0, 10)",
+    ]
+    assert bad.column("n").to_pylist()[0] == "x"  # the rejected value as it was read
+
+
+def test_float_codes_and_wrong_types():
+    batch = pa.record_batch({"a": pa.array([1.0, 2.5, -0.0]), "b": pa.array([[1], [2], [3]])})
+    good, bad = validate(batch, [ColumnSpec("a", "int")])
+    assert good.column("a").to_pylist() == [1, 0] and bad.column("reason").to_pylist() == ["a: not an integer"]
+    _, bad = validate(batch, [ColumnSpec("b", "float")])
+    assert bad.num_rows == 3 and bad.column("reason")[0].as_py().startswith("b: wrong type")
+
+
+def test_labels_become_their_positions():
+    batch = pa.record_batch({"c": pa.array(["b", None, "a", "z", "b"]), "n": pa.array([1, 2, 3, 4, 5])})
+    good, bad = validate(batch, [ColumnSpec("c", "label", labels=("a", "b"))])
+    assert good.column("c").to_pylist() == [1, 0, 1]
+    assert bad.column(REASON).to_pylist() == ["c: null", "c: not one of the domain's 2 labels"]
+    with pytest.raises(ValueError, match="labels go with kind"):
+        ColumnSpec("c", "int", labels=("a",))
+
+
+def test_clean_batches_have_no_dead_letter():
+    good, bad = validate(pa.record_batch({"s": ["a", "b"]}), [ColumnSpec("s", "string")])
+    assert bad is None and good.num_rows == 2
+
+
+def test_a_boolean_column_validates_as_integers():
+    good, bad = validate(pa.record_batch({"b": pa.array([True, None, False])}), [ColumnSpec("b", "int")])
+    assert good.column("b").to_pylist() == [1, 0] and bad.column(REASON).to_pylist() == ["b: null"]
