@@ -18,7 +18,6 @@ import sys
 
 import apache_beam as beam
 
-from beam_expmech.accounting import Release
 from beam_expmech.io import readers
 from beam_expmech.io.errors import InputError, first_line
 from beam_expmech.io.validation import ColumnSpec
@@ -99,15 +98,9 @@ def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect
         mechanism=args.mechanism,
         monotonic=family.monotonic,
         shard_size=args.shard_size,
+        label=f"top-{args.top_k} of {args.column}",
         seed=args.seed,
     )
-
-
-def charged(args: argparse.Namespace) -> Release:
-    """What the release costs: epsilon-DP either way; the exponential mechanism is also bounded range
-    (epsilon^2/8-zCDP; top-k composes k rounds of epsilon/k), permute-and-flip is pure DP only."""
-    release = Release.exponential_mechanism if args.mechanism == "exponential" else Release.pure
-    return release(args.epsilon, f"top-{args.top_k} of {args.column}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = [spec, *flags.unit_specs(args)]
     files = job.check_input(args, specs)
 
-    cost = charged(args)
+    cost = select.cost
     loss = accuracy_bound(
         epsilon=args.epsilon / args.top_k,
         sensitivity=sensitivity,

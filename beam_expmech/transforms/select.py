@@ -17,6 +17,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_expmech import parameters
+from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.exact import Noise, PartialKey, decide, noisy_top_k_keys
 from beam_expmech.mechanisms.exponential import log_weights
 from beam_expmech.mechanisms.randomness import RandomSource, random_source
@@ -31,7 +32,7 @@ class PrivateSelect(beam.PTransform):
     Privacy: ``epsilon``-DP in total when every count has the given ``sensitivity`` (for
     bounded contributions: max rows per unit times the predicate's contribution); the
     exponential mechanism is also epsilon^2/8-zCDP, permute-and-flip is pure DP only. With
-    k > 1 each of the k picks spends epsilon / k. Arguments are validated here, when the
+    k > 1 each of the k picks spends epsilon / k (``cost``, labelled ``label``). Arguments are validated here, when the
     pipeline is built, before any data is read. ``seed`` is for tests only (not private).
     """
 
@@ -45,6 +46,7 @@ class PrivateSelect(beam.PTransform):
         mechanism: str = "exponential",
         monotonic: bool = True,
         shard_size: int = DEFAULT_SHARD_SIZE,
+        label: str = "selection",
         seed: int | None = None,
     ):
         super().__init__()
@@ -59,6 +61,14 @@ class PrivateSelect(beam.PTransform):
         self.noise = MECHANISMS[mechanism]
         self.shard_size = parameters.count(shard_size, "shard_size")
         self.monotonic, self.seed = bool(monotonic), parameters.test_seed(seed)
+        self.label = label
+
+    @property
+    def cost(self) -> Release:
+        """What the release costs: epsilon-DP either way; the exponential mechanism is also bounded range
+        (epsilon^2/8-zCDP; top-k composes k rounds of epsilon/k), permute-and-flip is pure DP only."""
+        release = Release.exponential_mechanism if self.noise is Noise.GUMBEL else Release.pure
+        return release(self.epsilon, self.label)
 
     def _source(self, stream: int) -> RandomSource:
         if self.seed is None:

@@ -92,8 +92,8 @@ MUTANTS = [
     ),
     Mutant(
         "permute-and-flip charged at epsilon^2/8 zCDP (it is not bounded range)",
-        "pipelines/select.py",
-        'release = Release.exponential_mechanism if args.mechanism == "exponential" else Release.pure',
+        "beam_expmech/transforms/select.py",
+        "release = Release.exponential_mechanism if self.noise is Noise.GUMBEL else Release.pure",
         "release = Release.exponential_mechanism",
         (f"{PIPELINE}::test_select_charges_what_its_mechanism_spends",),
     ),

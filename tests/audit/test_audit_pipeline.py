@@ -156,7 +156,7 @@ def test_select_charges_what_its_mechanism_spends(audit, tmp_path, top_k, mechan
     flags = command_line(tmp_path, top_k=top_k, mechanism=mechanism, labelled=False, shard_size=3)
     args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json", "--candidate-range", "0:3"])
     family, _ = select.candidate_family(args)
-    cost, loss = select.charged(args), PrivacyLoss()
+    cost, loss = select.selection(args, family).cost, PrivacyLoss()
     for counts in itertools.product((0, 3), repeat=3):
         base = ideal_pmf(args, family, np.array(counts, dtype=float))
         for other in score_neighbours(np.array(counts, dtype=float), MAX_ROWS, monotone=True):

@@ -10,6 +10,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from sampling import assert_follows, peeling_pmf
 
+from beam_expmech.accounting import Release
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import PredicateCounts, PrivateSelect
 
@@ -61,3 +62,9 @@ def test_top_2_on_tied_counts_follows_peeling(shard_size):
         step.seed = seed
         draws.append(tuple(step.select(shards)))
     assert_follows(draws, peeling_pmf(counts.astype(float), 2, 2.0, 1, monotonic=True))
+
+
+@pytest.mark.parametrize("mechanism,k,rho", [("exponential", 3, 0.5), ("permute-and-flip", 1, 2.0)])
+def test_cost_is_epsilon_and_bounded_range_only_for_the_exponential_mechanism(mechanism, k, rho):
+    step = PrivateSelect(epsilon=2.0, sensitivity=1, num_candidates=5, k=k, mechanism=mechanism, label="top of x")
+    assert step.cost == Release("top of x", 2.0, rho)  # epsilon^2/8 for k rounds of epsilon/k; epsilon^2/2
