@@ -30,6 +30,7 @@ import itertools
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,9 +38,9 @@ from beam_expmech import parameters
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import discrete_gaussian
 from beam_expmech.mechanisms.exponential import exponential_mechanism
-from beam_expmech.mechanisms.randomness import RandomLike, random_source
+from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
-from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, model_cells
+from beam_expmech.synth.graphical_model import Columns, GraphicalModel, Measurement, model_cells
 
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
 _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
@@ -107,65 +108,101 @@ def aim(
     check_parameters(domain, list(marginals), rounds=rounds, max_rows=max_rows, max_cells=max_cells)
     check_workload(marginals, domain)
     rounds = rounds or 16 * len(domain)
-    source = random_source(rng)
-    order = {c: i for i, c in enumerate(domain)}
-    weights = _closure_weights(list(marginals), order)
-    truth = {r: _marginal_from(marginals, r) for r in weights}
-
-    releases: list[Release] = []
-
-    def measure(columns: tuple[str, ...], sigma: float) -> Measurement:
-        noisy = discrete_gaussian.discrete_gaussian_mechanism(
-            truth[columns], sigma=sigma, sensitivity=max_rows, rng=source
-        )
-        releases.append(Release.zcdp(discrete_gaussian.rho(sigma=sigma, sensitivity=max_rows), f"AIM {columns}"))
-        return Measurement(columns, noisy.astype(np.float64), sigma)
-
-    def spent() -> float:
-        return math.fsum(r.rho for r in releases)
-
-    # The 1-way share of rho, split so that column c gets a share proportional to size_c^(2/3):
-    # that minimises the summed expected L1 error sum_c size_c sigma_c.
-    shares = {c: size ** (2 / 3) for c, size in domain.items()}
-    measurements = [
-        measure((c,), max_rows * math.sqrt(sum(shares.values()) / (2 * one_way_share * rho * shares[c])))
-        for c in domain
-    ]
+    weights = _closure_weights(list(marginals), {c: i for i, c in enumerate(domain)})
+    run = _AimRun(domain, max_rows, random_source(rng), weights, {r: _marginal_from(marginals, r) for r in weights})
+    run.measure_one_ways(one_way_share * rho, iterations)
     sigma, epsilon = _round_parameters(rho * (1 - one_way_share) / rounds, max_rows)
-    model = GraphicalModel(domain, [m.columns for m in measurements], _total(measurements))
-    model.fit(measurements, iterations=iterations)
-    measured = [m.columns for m in measurements]
-    cells_with: dict = {}  # candidate -> cells of the model extended by it (0: it fits already)
     last = False
     while not last:
-        remaining = rho - spent()
-        round_rho = max_rows**2 / (2 * sigma**2) + epsilon**2 / 8
-        if remaining < 2 * round_rho:  # spend the rest in one last round
-            sigma, epsilon = _round_parameters(remaining * (1 - 1e-9), max_rows)
+        spent = run.spent()
+        if rho - spent < 2 * _spent_after(0.0, sigma, epsilon, max_rows):  # spend the rest in one last round
+            sigma, epsilon = _round_parameters((rho - spent) * (1 - 1e-9), max_rows)
             last = True
-        limit = max_cells * (spent() + max_rows**2 / (2 * sigma**2) + epsilon**2 / 8) / rho
-        if cells_with.get(None) != model.cliques:  # the model's structure changed: sizes change
-            cells_with = {None: model.cliques}
-        for r in weights:
-            if r not in cells_with:
-                holds = model.clique_holding(r) is not None
-                cells_with[r] = 0 if holds else model_cells(domain, [*model.cliques, r])
-        candidates = [r for r in weights if cells_with[r] <= limit]
-        chosen = _select(candidates, weights, truth, model, sigma=sigma, epsilon=epsilon, max_rows=max_rows, rng=source)
-        releases.append(Release.exponential_mechanism(epsilon, f"AIM select {chosen}"))
-        before = model.project(chosen)
-        measurements.append(measure(chosen, sigma))
-        measured.append(chosen)
-        if model.clique_holding(chosen) is None:
-            model = model.extended([chosen])
-        model.total = _total(measurements)
-        model.fit(measurements, iterations=final_iterations if last else iterations)
-        if np.abs(model.project(chosen) - before).sum() <= math.sqrt(2 / math.pi) * sigma * before.size:
+        limit = max_cells * _spent_after(spent, sigma, epsilon, max_rows) / rho  # cells grow with rho spent
+        chosen = run.select(run.candidates(limit), sigma, epsilon)
+        if run.measure_and_refit(chosen, sigma, final_iterations if last else iterations):  # barely moved: anneal
             sigma, epsilon = sigma / 2, epsilon * 2
-        _LOG.debug("AIM measured %s with sigma %.4g; %.0f%% of rho spent", chosen, sigma, 100 * spent() / rho)
+        _LOG.debug("AIM measured %s with sigma %.4g; %.0f%% of rho spent", chosen, sigma, 100 * run.spent() / rho)
         if progress is not None:
-            progress(min(1.0, spent() / rho))
-    return SynthesisResult(model, measured, releases, max(1, round(model.total)))
+            progress(min(1.0, run.spent() / rho))
+    measured = [m.columns for m in run.measurements]
+    return SynthesisResult(run.model, measured, run.releases, max(1, round(run.model.total)))
+
+
+@dataclass
+class _AimRun:
+    """One run's state. Only ``measure`` and ``select`` read the true counts; the rest is public."""
+
+    domain: dict[str, int]
+    max_rows: int
+    source: RandomSource
+    weights: dict[Columns, int]  # the candidates: the workload's downward closure, with their weights
+    truth: dict[Columns, np.ndarray]  # their true counts
+    releases: list[Release] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    model: GraphicalModel = field(init=False)
+    cells_with: dict = field(default_factory=dict)  # candidate -> cells of the model extended by it (0: it fits)
+
+    def spent(self) -> float:
+        """The rho released so far."""
+        return math.fsum(r.rho for r in self.releases)
+
+    def measure(self, columns: Columns, sigma: float) -> None:
+        """The discrete Gaussian mechanism on the true counts of ``columns``: rho K^2 / (2 sigma^2)."""
+        noisy = discrete_gaussian.discrete_gaussian_mechanism(
+            self.truth[columns], sigma=sigma, sensitivity=self.max_rows, rng=self.source
+        )
+        self.releases.append(
+            Release.zcdp(discrete_gaussian.rho(sigma=sigma, sensitivity=self.max_rows), f"AIM {columns}")
+        )
+        self.measurements.append(Measurement(columns, noisy.astype(np.float64), sigma))
+
+    def measure_one_ways(self, rho: float, iterations: int) -> None:
+        """Measure every column, ``rho`` in all, and fit the first model to them (post-processing).
+
+        Column c gets a share of rho proportional to size_c^(2/3): that minimises the summed
+        expected L1 error sum_c size_c sigma_c.
+        """
+        shares = {c: size ** (2 / 3) for c, size in self.domain.items()}
+        for c in self.domain:
+            self.measure((c,), self.max_rows * math.sqrt(sum(shares.values()) / (2 * rho * shares[c])))
+        self.model = GraphicalModel(self.domain, [m.columns for m in self.measurements], _total(self.measurements))
+        self.model.fit(self.measurements, iterations=iterations)
+
+    def candidates(self, limit: float) -> list[Columns]:
+        """The marginals that keep the model within ``limit`` cells (public: the model's structure)."""
+        if self.cells_with.get(None) != self.model.cliques:  # the model's structure changed: sizes change
+            self.cells_with = {None: self.model.cliques}
+        for r in self.weights:
+            if r not in self.cells_with:
+                holds = self.model.clique_holding(r) is not None
+                self.cells_with[r] = 0 if holds else model_cells(self.domain, [*self.model.cliques, r])
+        return [r for r in self.weights if self.cells_with[r] <= limit]
+
+    def select(self, candidates: list[Columns], sigma: float, epsilon: float) -> Columns:
+        """The exponential mechanism over ``candidates`` with AIM's score: rho epsilon^2 / 8."""
+        chosen = _select(
+            candidates,
+            self.weights,
+            self.truth,
+            self.model,
+            sigma=sigma,
+            epsilon=epsilon,
+            max_rows=self.max_rows,
+            rng=self.source,
+        )
+        self.releases.append(Release.exponential_mechanism(epsilon, f"AIM select {chosen}"))
+        return chosen
+
+    def measure_and_refit(self, chosen: Columns, sigma: float, iterations: int) -> bool:
+        """Measure ``chosen`` (as ``measure``) and refit (post-processing); whether it barely moved the model."""
+        before = self.model.project(chosen)
+        self.measure(chosen, sigma)
+        if self.model.clique_holding(chosen) is None:
+            self.model = self.model.extended([chosen])
+        self.model.total = _total(self.measurements)
+        self.model.fit(self.measurements, iterations=iterations)
+        return np.abs(self.model.project(chosen) - before).sum() <= math.sqrt(2 / math.pi) * sigma * before.size
 
 
 def _total(measurements: list[Measurement]) -> float:
@@ -177,6 +214,11 @@ def _total(measurements: list[Measurement]) -> float:
     weights = np.array([1 / (m.sigma**2 * m.values.size) for m in measurements])
     sums = np.array([m.values.sum() for m in measurements])
     return max(1.0, float((weights * sums).sum() / weights.sum()))
+
+
+def _spent_after(spent: float, sigma: float, epsilon: float, max_rows: int) -> float:
+    """The rho spent once a round measuring with ``sigma`` and selecting with ``epsilon`` follows ``spent``."""
+    return spent + max_rows**2 / (2 * sigma**2) + epsilon**2 / 8
 
 
 def _round_parameters(round_rho: float, max_rows: int) -> tuple[float, float]:

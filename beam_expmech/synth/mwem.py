@@ -162,62 +162,98 @@ def mwem(
         domain, workload, rounds=rounds, max_rows=max_rows, max_cells=max_cells, one_way_share=one_way_share
     )
     check_workload(marginals, domain)
-    model = FactoredModel.uniform(domain)
-    source = random_source(rng)
-    measured, targets, releases = [], {}, []  # targets: {marginal: the distribution to fit}
-
-    def measure_one_ways(share: float) -> float:
-        """Measure every column at ``share`` of epsilon (merged with earlier 1-way measurements),
-        start the model from them, and return the noisy size n~."""
-        weights = {c: math.sqrt(size) for c, size in domain.items()}
-        for column in domain:
-            column_epsilon = epsilon * share * weights[column] / sum(weights.values())
-            holder = next(c for c in workload if column in c)  # any marginal holding the column
-            counts = marginals[holder].sum(axis=tuple(i for i, c in enumerate(holder) if c != column))
-            values = discrete_laplace_mechanism(counts, epsilon=column_epsilon, sensitivity=max_rows, rng=source)
-            releases.append(Release.pure(column_epsilon, f"MWEM 1-way {column}"))
-            precision = column_epsilon**2  # 1 / variance of each cell, up to a common factor
-            if (column,) in one_way:  # inverse-variance weighted mean of the two (post-processing)
-                old, old_precision = one_way[(column,)]
-                values = (old * old_precision + values * precision) / (old_precision + precision)
-                precision += old_precision
-            one_way[(column,)] = (values, precision)
-        # n~ (a private output): the columns' noisy sums, weighted by the inverse of their variances
-        sums = np.array([values.sum() for values, _ in one_way.values()])
-        weights = np.array([precision / values.size for values, precision in one_way.values()])
-        size = max(1.0, float((sums * weights).sum() / weights.sum()))
-        for column in domain:
-            targets[(column,)] = _project_to_simplex(one_way[(column,)][0] / size)
-        model.components = [((c,), targets[(c,)]) for c in domain]
-        return size
-
-    one_way: dict = {}
-    size = measure_one_ways(one_way_share)
+    run = _MwemRun(marginals, domain, max_rows, random_source(rng))
+    size = run.measure_one_ways(epsilon * one_way_share)
     rest = epsilon * (1 - one_way_share)
-
-    def noise_l1(columns: tuple[str, ...], rounds: int) -> float:
-        """The expected L1 noise of measuring ``columns`` in one of ``rounds`` rounds."""
-        return math.prod(domain[c] for c in columns) * max_rows * 2 * rounds / rest
-
-    smallest = min(workload, key=lambda c: math.prod(domain[x] for x in c))
-    while rounds and noise_l1(smallest, rounds) > size / min_signal:
-        rounds -= 1
+    smallest = min(math.prod(domain[c] for c in m) for m in workload)
+    rounds = _affordable_rounds(rounds, smallest, rest=rest, max_rows=max_rows, size=size, min_signal=min_signal)
     if not rounds:
-        size = measure_one_ways(1 - one_way_share)
+        size = run.measure_one_ways(rest)
     each = rest / (2 * rounds) if rounds else 0.0
     n = int(next(iter(marginals.values())).sum())  # used inside the score only
     for _ in range(rounds):
-        candidates = [c for c in workload if model.merged_size(c) <= max_cells]
+        candidates = [c for c in workload if run.model.merged_size(c) <= max_cells]
         if not candidates:  # every useful marginal would outgrow the memory cap: stop spending
             break
-        chosen = _select(candidates, marginals, model, n=n, max_rows=max_rows, epsilon=each, rng=source)
-        releases.append(Release.exponential_mechanism(each, f"MWEM select {chosen}"))
-        noisy = discrete_laplace_mechanism(marginals[chosen], epsilon=each, sensitivity=max_rows, rng=source)
-        releases.append(Release.pure(each, f"MWEM measure {chosen}"))
-        measured.append(chosen)
-        targets[chosen] = _target(noisy, max_rows / each, model.marginal(chosen), size)
-        _update(model, chosen, targets)
-    return SynthesisResult(model, measured, releases, max(1, round(size)))
+        chosen = run.select(candidates, n=n, epsilon=each)
+        noisy = run.measure(chosen, epsilon=each)
+        run.update(chosen, noisy, scale=max_rows / each, size=size)
+    return SynthesisResult(run.model, run.measured, run.releases, max(1, round(size)))
+
+
+@dataclass
+class _MwemRun:
+    """One run's state. Only ``measure_one_ways``, ``select`` and ``measure`` read the true counts."""
+
+    marginals: dict[tuple[str, ...], np.ndarray]
+    domain: dict[str, int]
+    max_rows: int
+    source: RandomSource
+    model: FactoredModel = field(init=False)
+    measured: list[tuple[str, ...]] = field(default_factory=list)
+    releases: list[Release] = field(default_factory=list)
+    targets: dict = field(default_factory=dict)  # {marginal: the distribution to fit}
+    one_way: dict = field(default_factory=dict)  # {(column,): (noisy counts, their precision)}
+
+    def measure_one_ways(self, epsilon: float) -> float:
+        """The discrete Laplace mechanism on every column, ``epsilon`` in all; restart the model from them, return n~.
+
+        Column c gets a share proportional to sqrt(its size); a column measured before is merged
+        with its earlier measurement (post-processing).
+        """
+        weights = {c: math.sqrt(size) for c, size in self.domain.items()}
+        for column in self.domain:
+            column_epsilon = epsilon * weights[column] / sum(weights.values())
+            holder = next(c for c in self.marginals if column in c)  # any marginal holding the column
+            counts = self.marginals[holder].sum(axis=tuple(i for i, c in enumerate(holder) if c != column))
+            values = discrete_laplace_mechanism(
+                counts, epsilon=column_epsilon, sensitivity=self.max_rows, rng=self.source
+            )
+            self.releases.append(Release.pure(column_epsilon, f"MWEM 1-way {column}"))
+            precision = column_epsilon**2  # 1 / variance of each cell, up to a common factor
+            if (column,) in self.one_way:  # inverse-variance weighted mean of the two (post-processing)
+                old, old_precision = self.one_way[(column,)]
+                values = (old * old_precision + values * precision) / (old_precision + precision)
+                precision += old_precision
+            self.one_way[(column,)] = (values, precision)
+        # n~ (a private output): the columns' noisy sums, weighted by the inverse of their variances
+        sums = np.array([values.sum() for values, _ in self.one_way.values()])
+        weights = np.array([precision / values.size for values, precision in self.one_way.values()])
+        size = max(1.0, float((sums * weights).sum() / weights.sum()))
+        for column in self.domain:
+            self.targets[(column,)] = _project_to_simplex(self.one_way[(column,)][0] / size)
+        self.model = FactoredModel(self.domain, [((c,), self.targets[(c,)]) for c in self.domain])
+        return size
+
+    def select(self, candidates: list, *, n: int, epsilon: float) -> tuple[str, ...]:
+        """The exponential mechanism over ``candidates`` with MWEM's score: ``epsilon``."""
+        chosen = _select(
+            candidates, self.marginals, self.model, n=n, max_rows=self.max_rows, epsilon=epsilon, rng=self.source
+        )
+        self.releases.append(Release.exponential_mechanism(epsilon, f"MWEM select {chosen}"))
+        return chosen
+
+    def measure(self, chosen: tuple[str, ...], *, epsilon: float) -> np.ndarray:
+        """The discrete Laplace mechanism on ``chosen``'s true counts: ``epsilon``."""
+        noisy = discrete_laplace_mechanism(
+            self.marginals[chosen], epsilon=epsilon, sensitivity=self.max_rows, rng=self.source
+        )
+        self.releases.append(Release.pure(epsilon, f"MWEM measure {chosen}"))
+        self.measured.append(chosen)
+        return noisy
+
+    def update(self, chosen: tuple[str, ...], noisy: np.ndarray, *, scale: float, size: float) -> None:
+        """Post-processing: fit the model to ``chosen``'s noisy counts (Laplace ``scale``) and every earlier target."""
+        self.targets[chosen] = _target(noisy, scale, self.model.marginal(chosen), size)
+        _update(self.model, chosen, self.targets)
+
+
+def _affordable_rounds(rounds: int, cells: int, *, rest: float, max_rows: int, size: float, min_signal: float) -> int:
+    """At most ``rounds``: as many as keep the expected L1 noise of measuring ``cells`` cells
+    (cells times the Laplace scale K 2T / rest) within n~ / ``min_signal`` (post-processing)."""
+    while rounds and cells * max_rows * 2 * rounds / rest > size / min_signal:
+        rounds -= 1
+    return rounds
 
 
 def selection_scores(
