@@ -50,10 +50,6 @@ class FactoredModel:
     domain: dict[str, int]
     components: list[tuple[tuple[str, ...], np.ndarray]] = field(default_factory=list)
 
-    @classmethod
-    def uniform(cls, domain: dict[str, int]) -> FactoredModel:
-        return cls(domain, [((c,), np.full(size, 1.0 / size)) for c, size in domain.items()])
-
     def marginal(self, columns: Sequence[str]) -> np.ndarray:
         """The model's distribution over ``columns`` (axes in that order)."""
         factors, axes = [], []
