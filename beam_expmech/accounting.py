@@ -3,12 +3,19 @@
 A ``Release`` states what one mechanism run costs; a ``PrivacyBudget`` adds releases up and
 refuses, before the mechanism runs, any release that would take it past its total.
 
-How releases compose:
-- Pure DP (a budget with delta = 0): epsilons add up. Every release must have a pure
-  guarantee; a zCDP-only release (Gaussian noise) cannot be charged to such a budget.
-- Approximate DP (delta > 0): zCDP parameters add up (Bun and Steinke 2016), and the total is
-  converted to epsilon at the budget's delta by dp-accounting's RDP conversion. If every release
-  is pure, the plain sum of epsilons is also valid, and the smaller of the two is what is spent.
+How releases compose, in a budget of (epsilon, delta):
+- Pure DP (delta = 0): epsilons add up. Every release must be pure; a zCDP release (Gaussian
+  noise) or an approximate one (a threshold on keys found in the data) cannot be charged.
+- delta > 0: the releases' deltas add up first (those of approximate releases, which are
+  (epsilon_i, delta_i)-DP); they must stay below delta, and what is left of it, delta', is the
+  slack of the conversion below. Two rules are valid, and the smaller epsilon is what is spent:
+  1. basic composition: every release has an epsilon (zCDP-only ones do not), and the
+     epsilons add up (with the deltas above);
+  2. zCDP: the pure and zCDP releases' rhos add up (Bun and Steinke 2016) and are converted to
+     epsilon at delta' by dp-accounting's RDP conversion; each approximate release adds its own
+     epsilon on top. (An (epsilon_i, delta_i)-DP mechanism is delta_i-approximately
+     (epsilon_i, 0)-zCDP, and approximate zCDP composes adaptively by adding each part: Bun and
+     Steinke 2016, section 8.)
 
 What each mechanism costs in zCDP: the exponential mechanism is epsilon-bounded-range, hence
 epsilon**2/8-zCDP (Cesar and Rogers 2021); any other pure epsilon-DP mechanism, permute-and-flip
@@ -32,11 +39,13 @@ _RELATIVE_SLACK = 1e-12
 
 @dataclass(frozen=True)
 class Release:
-    """The cost of one mechanism run: its pure epsilon (None if it has none) and its zCDP rho."""
+    """The cost of one mechanism run: its epsilon (None if it has none), its zCDP rho (None if it has
+    none) and its delta (0 but for approximate releases, which are (epsilon, delta)-DP)."""
 
     label: str
     epsilon: float | None
-    rho: float
+    rho: float | None
+    delta: float = 0.0
 
     @classmethod
     def exponential_mechanism(cls, epsilon: float, label: str = "exponential mechanism") -> Release:
@@ -55,10 +64,18 @@ class Release:
         """A rho-zCDP mechanism with no pure guarantee (Gaussian noise)."""
         return cls(label, None, parameters.positive_finite(rho, "rho"))
 
+    @classmethod
+    def approximate(cls, epsilon: float, delta: float, label: str) -> Release:
+        """An (epsilon, delta)-DP mechanism with delta > 0 and no zCDP guarantee (a threshold on keys)."""
+        epsilon = parameters.positive_finite(epsilon, "epsilon")
+        return cls(label, epsilon, None, parameters.probability(delta, "delta"))
+
     def describe(self) -> str:
         """The cost in one phrase, as every message and log line states it: "epsilon=1 (rho=0.125)"."""
         if self.epsilon is None:
             return f"rho={self.rho:g} (zCDP)"
+        if self.rho is None:
+            return f"epsilon={self.epsilon:g}, delta={self.delta:g}"
         return f"epsilon={self.epsilon:g} (rho={self.rho:g})"
 
 
@@ -67,10 +84,10 @@ class BudgetExceededError(RuntimeError):
 
     def __init__(self, budget: PrivacyBudget, release: Release, spent_after: float):
         self.budget, self.release, self.spent_after = budget, release, spent_after
+        would = f"which would make {spent_after:g}" if math.isfinite(spent_after) else "which delta cannot hold"
         super().__init__(
             f"privacy budget exceeded: the budget is epsilon={budget.epsilon:g} (delta={budget.delta:g}), "
-            f"{budget.spent():g} is spent, and {release.label!r} asks for "
-            f"{release.describe()}, which would make {spent_after:g}"
+            f"{budget.spent():g} is spent, and {release.label!r} asks for {release.describe()}, {would}"
         )
 
 
@@ -95,12 +112,15 @@ class PrivacyBudget:
     def remaining(self) -> float:
         return max(0.0, self.epsilon - self.spent())
 
+    def remaining_delta(self) -> float:
+        """The delta that approximate releases have not taken (what is left for the conversion of rho)."""
+        return max(0.0, self.delta - math.fsum(r.delta for r in self._releases))
+
     def charge(self, release: Release) -> None:
         """Record ``release``, or raise ``BudgetExceededError`` (recording nothing) if it does not fit."""
-        if self.delta == 0 and release.epsilon is None:
+        if self.delta == 0 and (release.epsilon is None or release.delta > 0):
             raise ValueError(
-                f"{release.label!r} has no pure epsilon guarantee (rho={release.rho:g}); "
-                "charge it to a budget with delta > 0"
+                f"{release.label!r} is not pure DP ({release.describe()}); charge it to a budget with delta > 0"
             )
         spent_after = self._epsilon_of([*self._releases, release])
         if spent_after > self.epsilon * (1 + _RELATIVE_SLACK):
@@ -108,12 +128,18 @@ class PrivacyBudget:
         self._releases.append(release)
 
     def _epsilon_of(self, releases: list[Release]) -> float:
+        """The epsilon ``releases`` spend at the budget's delta (module docstring); inf if they cannot fit."""
         if not releases:
             return 0.0
-        pure = math.fsum(r.epsilon for r in releases) if all(r.epsilon is not None for r in releases) else math.inf
-        if self.delta == 0:
-            return pure
-        return min(pure, zcdp_to_epsilon(math.fsum(r.rho for r in releases), delta=self.delta))
+        slack = self.delta - math.fsum(r.delta for r in releases)  # delta', left for the conversion
+        if slack < 0:
+            return math.inf
+        basic = math.fsum(r.epsilon for r in releases) if all(r.epsilon is not None for r in releases) else math.inf
+        rhos = [r.rho for r in releases if r.rho is not None]
+        if self.delta == 0 or (rhos and slack == 0):
+            return basic
+        approximate = math.fsum(r.epsilon for r in releases if r.rho is None)
+        return min(basic, approximate + (zcdp_to_epsilon(math.fsum(rhos), delta=slack) if rhos else 0.0))
 
 
 def zcdp_to_epsilon(rho: float, *, delta: float) -> float:

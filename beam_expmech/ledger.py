@@ -44,9 +44,10 @@ class OverspendError(RuntimeError):
     """A run would take a dataset past its budget; nothing was charged."""
 
     def __init__(self, dataset_id: str, budget: PrivacyBudget, release: Release):
+        delta = f"{budget.remaining_delta():g} of its delta={budget.delta:g}" if budget.delta else "delta=0"
         super().__init__(
-            f"dataset {dataset_id!r}: {budget.remaining():g} of its epsilon={budget.epsilon:g} "
-            f"(delta={budget.delta:g}) remains, and this run asks for {release.describe()}: refused, nothing spent"
+            f"dataset {dataset_id!r}: {budget.remaining():g} of its epsilon={budget.epsilon:g} ({delta}) remains, "
+            f"and this run asks for {release.describe()}: refused, nothing spent"
         )
 
 
@@ -96,6 +97,7 @@ class Ledger:
                     "label": release.label,
                     "epsilon": release.epsilon,
                     "rho": release.rho,
+                    "delta": release.delta,
                     "output": output,
                     "status": "reserved",
                 }
@@ -146,7 +148,7 @@ def budget_of(dataset: dict) -> PrivacyBudget:
     """The dataset's budget with every recorded release charged to it, failed ones included."""
     budget = PrivacyBudget(epsilon=dataset["epsilon"], delta=dataset["delta"])
     for record in dataset["releases"]:
-        budget.charge(Release(record["label"], record["epsilon"], record["rho"]))
+        budget.charge(Release(record["label"], record["epsilon"], record["rho"], record.get("delta", 0.0)))
     return budget
 
 

@@ -82,6 +82,9 @@ def test_bad_releases():
         Release.exponential_mechanism(-1)
     with pytest.raises(ValueError, match="rho"):
         Release.zcdp(0, "x")
+    for delta in (0, 1, -1e-9, math.nan):
+        with pytest.raises(ValueError, match="delta"):
+            Release.approximate(1.0, delta, "x")  # delta = 0 is a pure release
 
 
 @pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-9), (0.3, 1e-9), (8.0, 1e-6)])
@@ -95,3 +98,41 @@ def test_epsilon_to_zcdp_is_the_most_rho_that_fits(epsilon, delta):
         budget.charge(Release.zcdp(rho * 1e-3, "a little more"))
     with pytest.raises(ValueError, match="delta"):
         epsilon_to_zcdp(epsilon, delta=0)
+
+
+def test_an_approximate_release_needs_a_budget_with_delta():
+    with pytest.raises(ValueError, match="keys.*not pure DP.*epsilon=0.5, delta=1e-07"):
+        PrivacyBudget(epsilon=10.0).charge(Release.approximate(0.5, 1e-7, "keys"))
+
+
+def test_a_budget_of_2_and_1e_6_holds_exactly_the_releases_the_rule_says():
+    """Deltas add up and must stay within the budget's; epsilons by the smaller of basic composition and
+    the zCDP rule (the approximate releases' epsilons plus the others' rho converted at what delta is left)."""
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-6)
+    keys = Release.approximate(0.5, 4e-7, "keys")
+    budget.charge(keys)
+    budget.charge(keys)
+    with pytest.raises(BudgetExceededError, match="which delta cannot hold"):
+        budget.charge(Release.approximate(0.01, 4e-7, "keys"))  # 1.2e-6 of delta, though epsilon fits
+    budget.charge(Release.exponential_mechanism(1.0, "top-k"))  # basic: 0.5 + 0.5 + 1 = 2, the whole budget
+    assert budget.spent() == 2.0 < 1.0 + zcdp_to_epsilon(1 / 8, delta=2e-7)  # basic is the smaller here
+    with pytest.raises(BudgetExceededError):
+        budget.charge(Release.exponential_mechanism(1e-3, "one more"))
+    assert len(budget.releases) == 3
+
+
+def test_many_small_releases_beside_an_approximate_one_compose_by_zcdp():
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-6)
+    budget.charge(Release.approximate(0.5, 5e-7, "keys"))
+    for _ in range(30):
+        budget.charge(Release.exponential_mechanism(0.1, "pick"))  # basic composition alone: 3.5
+    assert budget.spent() == pytest.approx(0.5 + zcdp_to_epsilon(30 * 0.1**2 / 8, delta=5e-7), rel=1e-12)
+    assert budget.spent() < 2.0
+
+
+def test_a_zcdp_release_needs_delta_left_for_its_conversion():
+    budget = PrivacyBudget(epsilon=5.0, delta=1e-6)
+    budget.charge(Release.approximate(0.5, 1e-6, "keys"))  # all of delta
+    budget.charge(Release.pure(0.5, "count"))  # basic composition needs no delta of its own
+    with pytest.raises(BudgetExceededError):
+        budget.charge(Release.zcdp(0.01, "gaussian"))  # no epsilon of its own, and no delta left to convert rho
