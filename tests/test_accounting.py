@@ -101,7 +101,7 @@ def test_epsilon_to_zcdp_is_the_most_rho_that_fits(epsilon, delta):
 
 
 def test_an_approximate_release_needs_a_budget_with_delta():
-    with pytest.raises(ValueError, match="keys.*not pure DP.*epsilon=0.5, delta=1e-07"):
+    with pytest.raises(ValueError, match=r"keys.*not pure DP.*epsilon=0\.5, delta=1e-07"):
         PrivacyBudget(epsilon=10.0).charge(Release.approximate(0.5, 1e-7, "keys"))
 
 

@@ -17,13 +17,13 @@ from beam_expmech.ledger import Ledger, LedgerError, OverspendError, budget_of
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
 def test_approximate_releases_keep_their_delta_in_the_ledger(tmp_path):
     ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.init("d", epsilon=2.0, delta=1e-6)
     keys = Release.approximate(0.5, 6e-7, "keys")
     ledger.reserve("d", keys, pipeline="select", parameters={}, output=None)
-    with pytest.raises(OverspendError, match=r"4e-07 of its delta=1e-06\) remains"):  # 1.2e-6 of delta: refused, though epsilon would fit
+    # 1.2e-6 of delta: refused, though epsilon would fit
+    with pytest.raises(OverspendError, match=r"4e-07 of its delta=1e-06\) remains"):
         ledger.reserve("d", keys, pipeline="select", parameters={}, output=None)
     (record,) = json.loads((tmp_path / "ledger.json").read_text())["datasets"]["d"]["releases"]
     assert (record["epsilon"], record["rho"], record["delta"]) == (0.5, None, 6e-7)

@@ -39,6 +39,7 @@ LEARN = "tests/audit/test_audit_learn.py"
 QUANTILES = "tests/audit/test_audit_quantiles.py"
 INPUT = "tests/audit/test_audit_input.py::test_each_unit_counts_min_k_of_its_valid_rows"
 ROWS = "tests/audit/test_audit_rows.py"
+KEYS = "tests/audit/test_audit_keys.py"
 
 MUTANTS = [
     Mutant(
@@ -259,6 +260,34 @@ MUTANTS = [
         "exponential_mechanism(scores, epsilon=epsilon, sensitivity=sensitivity, rng=rng)",
         "exponential_mechanism(scores, epsilon=epsilon, sensitivity=sensitivity, monotonic=True, rng=rng)",
         ("tests/audit/test_audit_synthesis.py::test_mwem_selection_sampler",),
+    ),
+    Mutant(
+        "limited domain: bottom without its K above the (kbar + 1)-th count",
+        "beam_expmech/mechanisms/limited_domain.py",
+        "scores = np.append(counts.astype(np.int64), int(next_count) + max_rows)",
+        "scores = np.append(counts.astype(np.int64), int(next_count))",
+        (f"{KEYS}::test_limited_domain_sampler_follows_its_definition",),
+    ),
+    Mutant(
+        "limited domain: bottom's margin ignores the L keys a unit can bring into the top kbar",
+        "beam_expmech/mechanisms/limited_domain.py",
+        "gmpy2.mpz(min(max_keys, kbar) * k)",
+        "gmpy2.mpz(k)",
+        (f"{KEYS}::test_limited_domain_sampler_follows_its_definition",),
+    ),
+    Mutant(
+        "partition selection: each of a unit's L keys at the whole epsilon",
+        "beam_expmech/mechanisms/partition_selection.py",
+        "_envelope(Fraction(self.epsilon) / self.max_keys, Fraction(self.delta) / self.max_keys)",
+        "_envelope(Fraction(self.epsilon), Fraction(self.delta) / self.max_keys)",
+        (f"{KEYS}::test_partition_selection_rule_is_the_optimal_one_and_keeps_both_inequalities",),
+    ),
+    Mutant(
+        "partition selection: the release probabilities rounded up",
+        "beam_expmech/mechanisms/partition_selection.py",
+        "numerator = p.numerator * one // p.denominator",
+        "numerator = -(-p.numerator * one // p.denominator)",
+        (f"{KEYS}::test_partition_selection_rule_is_the_optimal_one_and_keeps_both_inequalities",),
     ),
 ]
 

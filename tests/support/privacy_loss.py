@@ -73,6 +73,19 @@ def renyi(log_p: np.ndarray, log_q: np.ndarray, alpha: float) -> float:
     return float(logsumexp(alpha * log_p[support] + (1 - alpha) * log_q[support]) / (alpha - 1))
 
 
+def hockey_stick(p: dict, q: dict, epsilon: float) -> float:
+    """The least delta with P(S) <= e^epsilon Q(S) + delta for every set S of outcomes (both pmfs as dicts)."""
+    return math.fsum(max(0.0, value - math.exp(epsilon) * q.get(outcome, 0.0)) for outcome, value in p.items())
+
+
+def unit_contributions(keys: int, max_rows: int, max_keys: int) -> Iterator[np.ndarray]:
+    """Every way one unit can add to per-key row counts: at most ``max_rows`` rows over at most ``max_keys`` keys."""
+    for rows in range(1, max_rows + 1):
+        for cells in itertools.combinations_with_replacement(range(keys), rows):
+            if len(set(cells)) <= max_keys:
+                yield np.bincount(cells, minlength=keys)
+
+
 def score_neighbours(scores: np.ndarray, sensitivity: float, *, monotone: bool = False) -> Iterator[np.ndarray]:
     """Score vectors one privacy unit away: each score moves by one of -s, -s/2, 0, s/2, s.
 

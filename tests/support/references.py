@@ -39,3 +39,49 @@ def definition_pmf(histogram, edges, qs, epsilon, max_rows=1):
 def brute_force(x: np.ndarray, y: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """Row by row: how many records each candidate fits."""
     return np.array([int(((x @ w) >= y).sum()) for w in candidates])
+
+
+def limited_domain_pmf(counts, k, kbar, epsilon, delta, max_rows, max_keys):
+    """The limited-domain top-k's law from its definition, over keys 0..len(counts)-1 (count 0: absent).
+
+    The kbar largest present counts (ties: the lower key first), bottom at the next count (0 if none)
+    plus K + (K k / epsilon) ln(min(L, kbar) k / delta); k rounds of peeling with epsilon / k each, stopped
+    at bottom. Outcome: the tuple of released keys, best first.
+    """
+    present = sorted((key for key, c in enumerate(counts) if c > 0), key=lambda key: (-counts[key], key))
+    top, rest = present[:kbar], present[kbar:]
+    bar = min(max_keys, kbar)
+    bottom = (counts[rest[0]] if rest else 0) + max_rows + max_rows * k / epsilon * math.log(bar * k / delta)
+    scores = {**{key: counts[key] for key in top}, None: bottom}
+    pmf: dict[tuple, float] = {}
+
+    def peel(chosen: tuple, p: float) -> None:
+        if len(chosen) == k:
+            pmf[chosen] = pmf.get(chosen, 0.0) + p
+            return
+        remaining = [key for key in scores if key not in chosen]
+        top_score = max(scores[key] for key in remaining)
+        weights = {key: math.exp(epsilon / k * (scores[key] - top_score) / max_rows) for key in remaining}
+        total = sum(weights.values())
+        for key, weight in weights.items():
+            if key is None:
+                pmf[chosen] = pmf.get(chosen, 0.0) + p * weight / total
+            else:
+                peel((*chosen, key), p * weight / total)
+
+    peel((), 1.0)
+    return pmf
+
+
+def partition_selection_pmf(units, probability):
+    """P(the released set of keys) when key i, held by units[i] units, is kept with probability(units[i])."""
+    pmf = {}
+    for kept in itertools.product((False, True), repeat=len(units)):
+        p = 1.0
+        for n, keep in zip(units, kept, strict=True):
+            q = float(probability(n)) if n > 0 else 0.0
+            p *= q if keep else 1 - q
+        if p > 0:
+            released = tuple(i for i, keep in enumerate(kept) if keep)
+            pmf[released] = pmf.get(released, 0.0) + p
+    return pmf

@@ -1,0 +1,42 @@
+"""Partition selection's rule: public thresholds, one draw per key, and its arguments.
+
+Its privacy (exact) and its sampler: tests/audit/test_audit_keys.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from beam_expmech.mechanisms.partition_selection import PartitionSelection
+from beam_expmech.mechanisms.randomness import random_source
+
+
+def test_more_keys_per_unit_need_more_units_and_the_thresholds_grow():
+    one, three = (PartitionSelection(epsilon=1.0, delta=1e-6, max_keys=L) for L in (1, 3))
+    assert one.units_needed(0.5) < one.units_needed(0.95) < one.always
+    assert three.units_needed(0.5) > one.units_needed(0.5)
+    probabilities = [one.probability(n) for n in range(one.always + 3)]
+    assert probabilities == sorted(probabilities) and probabilities[0] == 0 and probabilities[-1] == 1
+
+
+def test_keys_held_by_enough_units_are_always_kept_and_a_lone_unit_almost_never():
+    rule = PartitionSelection(epsilon=1.0, delta=1e-6)
+    source = random_source(0)
+    kept = rule.keep(np.array([rule.always] * 1000 + [1] * 1000), source)
+    assert kept[:1000].all() and not kept[1000:].any()  # a lone unit's key: probability 1e-6 each
+
+
+def test_a_key_must_be_held_by_a_unit():
+    with pytest.raises(ValueError, match="at least one unit"):
+        PartitionSelection(epsilon=1.0, delta=1e-6).keep(np.array([3, 0]), random_source(0))
+
+
+@pytest.mark.parametrize(
+    "arguments,named",
+    [({"epsilon": 0}, "epsilon"), ({"epsilon": float("inf")}, "epsilon"), ({"delta": 0}, "delta"),
+     ({"delta": 1.0}, "delta"), ({"max_keys": 0}, "max_keys")],
+)  # fmt: skip
+def test_bad_arguments_are_refused(arguments, named):
+    with pytest.raises(ValueError, match=named):
+        PartitionSelection(**({"epsilon": 1.0, "delta": 1e-6} | arguments))
