@@ -1,0 +1,233 @@
+"""Keys found in the data: per-key counts across shards, and the private steps that release keys.
+
+    KeyCounts       col: RecordBatch -> col: (key shard, Table[key, rows, units]), each key's totals
+    PrivateTopKeys  col: (key shard, Table) -> col: [key, ...]: the top k keys, limited domain or keys first
+    PrivateKeys     col: (key shard, Table) -> col: (key shard, Table): the keys partition selection keeps
+
+No step holds every key: keys are spread over shards by a stable hash, each shard's table is
+summed by a CombineFn of pyarrow group-bys, and the top-k step gathers only each shard's kbar + 1
+largest. A key's ``rows`` is its number of rows, ``units`` its number of distinct privacy units
+(rows when each row is its own unit). The input is bounded (``BoundContributions``, K rows and L
+keys per unit) and holds every row of a unit in one batch, so distinct units add up over batches.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from beam_expmech import parameters
+from beam_expmech.accounting import Release
+from beam_expmech.mechanisms.exponential import top_k
+from beam_expmech.mechanisms.limited_domain import limited_domain_top_k, margin
+from beam_expmech.mechanisms.partition_selection import PartitionSelection
+from beam_expmech.mechanisms.randomness import RandomSource, random_source
+from beam_expmech.transforms.bounding import unit_hash
+
+KEY, ROWS, UNITS = "key", "rows", "units"
+_COMPACT_ROWS = 1 << 17
+
+
+def key_totals(table: pa.Table) -> pa.Table:
+    """One row per key: its rows and units summed."""
+    return table.group_by(KEY).aggregate([(ROWS, "sum"), (UNITS, "sum")]).rename_columns([KEY, ROWS, UNITS])
+
+
+class SumKeyCounts(beam.CombineFn):
+    """One shard's per-key totals: tables concatenated, then summed per key (compacted as they arrive)."""
+
+    def create_accumulator(self) -> list[pa.Table]:
+        return []
+
+    def add_input(self, tables: list[pa.Table], table: pa.Table) -> list[pa.Table]:
+        tables.append(table)
+        if sum(t.num_rows for t in tables) > max(_COMPACT_ROWS, 2 * tables[0].num_rows):
+            tables[:] = [key_totals(pa.concat_tables(tables))]
+        return tables
+
+    def merge_accumulators(self, accumulators) -> list[pa.Table]:
+        return [key_totals(pa.concat_tables([t for tables in accumulators for t in tables]))]
+
+    def extract_output(self, tables: list[pa.Table]) -> pa.Table:
+        return key_totals(pa.concat_tables(tables)) if tables else _empty()
+
+
+def _empty() -> pa.Table:
+    return pa.table({KEY: pa.array([], pa.string()), ROWS: pa.array([], pa.int64()), UNITS: pa.array([], pa.int64())})
+
+
+def batch_key_counts(batch: pa.RecordBatch, key_column: str, unit_column: str | None, shards: int):
+    """(key shard, Table[key, rows, units]) of one batch: the batch's own totals per key, split by shard."""
+    table = pa.Table.from_batches([batch])
+    if unit_column is None:
+        counted = table.group_by(key_column).aggregate([([], "count_all")])
+        counted = counted.append_column(UNITS, counted.column("count_all"))
+    else:
+        counted = table.group_by(key_column).aggregate([([], "count_all"), (unit_column, "count_distinct")])
+    counted = pa.table({
+        KEY: counted.column(key_column),
+        ROWS: pc.cast(counted.column("count_all"), pa.int64()),
+        UNITS: pc.cast(counted.column(UNITS if unit_column is None else f"{unit_column}_count_distinct"), pa.int64()),
+    })  # fmt: skip
+    shard = unit_hash(counted.column(KEY).combine_chunks()) % np.uint64(shards)
+    for s in np.unique(shard).tolist():
+        yield s, counted.filter(pa.array(shard == s))
+
+
+class KeyCounts(beam.PTransform):
+    """Each value of ``key_column`` (text) with its rows and distinct units, spread over ``shards``.
+
+    col: RecordBatch -> col: (key shard, Table[key, rows, units]). Not private on its own: the
+    input must be bounded, and only a private step may follow.
+    """
+
+    def __init__(self, key_column: str, *, unit_column: str | None = None, shards: int = 32):
+        super().__init__()
+        self.key_column, self.unit_column = key_column, unit_column
+        self.shards = parameters.count(shards, "shards")
+
+    def expand(self, batches):
+        return (
+            batches
+            | "PerBatch" >> beam.FlatMap(batch_key_counts, self.key_column, self.unit_column, self.shards)
+            | "PerKey" >> beam.CombinePerKey(SumKeyCounts())  # col: (key shard, Table of complete totals)
+        )
+
+
+def _source(seed: int | None, stream: int) -> RandomSource:
+    if seed is None:
+        return random_source(None)
+    return random_source(np.random.default_rng([seed, stream]))  # test-only: not private
+
+
+def largest(table: pa.Table, n: int) -> list[tuple[int, str]]:
+    """The ``n`` keys with the most rows as (rows, key), most first; ties go to the larger key (a total
+    order every shard applies alike, so the global top is the same whatever the sharding)."""
+    top = table.sort_by([(ROWS, "descending"), (KEY, "descending")]).slice(0, n)
+    return list(zip(top.column(ROWS).to_pylist(), top.column(KEY).to_pylist(), strict=True))
+
+
+MECHANISMS = ("limited-domain", "keys-then-exponential")
+
+
+class PrivateTopKeys(beam.PTransform):
+    """Up to ``k`` keys with the most rows, best first; fewer when few keys stand out. Two mechanisms:
+
+    limited-domain          the kbar (default k) largest counts and a bottom, peeled exactly
+                            (mechanisms/limited_domain.py)
+    keys-then-exponential   partition selection releases keys with ``keys_share`` of epsilon (and all of
+                            delta), then the exponential mechanism picks min(k, released) of them, best
+                            first, with the rest of epsilon (epsilon-DP, monotone, sensitivity K)
+
+    Privacy: (``epsilon``, ``delta``)-DP either way, when each privacy unit keeps at most ``max_rows``
+    rows over at most ``max_keys`` keys (BoundContributions with both bounds). ``seed``: tests only.
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        delta: float,
+        k: int,
+        max_rows: int,
+        max_keys: int,
+        mechanism: str = "limited-domain",
+        kbar: int | None = None,
+        keys_share: float = 0.5,
+        label: str = "top keys",
+        seed: int | None = None,
+    ):
+        super().__init__()
+        self.epsilon = parameters.positive_finite(epsilon, "epsilon")
+        self.delta = parameters.probability(delta, "delta")
+        self.k = parameters.count(k, "k")
+        self.kbar = self.k if kbar is None else parameters.count(kbar, "kbar")
+        if self.kbar < self.k:
+            raise ValueError(f"kbar must be at least k ({self.k}), got {self.kbar}")
+        self.max_rows = parameters.count(max_rows, "max_rows")
+        self.max_keys = parameters.count(max_keys, "max_keys")
+        if mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+        self.mechanism = mechanism
+        self.keys_share = parameters.probability(keys_share, "keys_share")
+        self.label, self.seed = label, parameters.test_seed(seed)
+        self.keys = PrivateKeys(epsilon=self.epsilon * self.keys_share, delta=self.delta, max_keys=self.max_keys,
+                                seed=self.seed)  # fmt: skip
+
+    @property
+    def cost(self) -> Release:
+        """(epsilon, delta)-DP: k rounds of (epsilon / k, delta / k), or the keys' share then the rest."""
+        return Release.approximate(self.epsilon, self.delta, self.label)
+
+    def accuracy(self) -> dict:
+        """Public numbers for the release's accuracy note."""
+        if self.mechanism == "limited-domain":
+            return {"bottom_above_next_count": margin(k=self.k, kbar=self.kbar, epsilon=self.epsilon,
+                                                      delta=self.delta, max_rows=self.max_rows,
+                                                      max_keys=self.max_keys)}  # fmt: skip
+        rule = self.keys.rule
+        return {"units_for_a_key_to_be_released": {"with_probability_0.5": rule.units_needed(0.5),
+                                                   "with_probability_0.95": rule.units_needed(0.95)}}  # fmt: skip
+
+    def select(self, candidates: list[tuple[int, str]]) -> list[str]:
+        """The draw from (rows, key) pairs, in one process (audits, small jobs): for limited-domain the
+        kbar + 1 largest, for keys-then-exponential the keys partition selection released."""
+        candidates = sorted(candidates, reverse=True)
+        if not candidates:
+            return []
+        if self.mechanism == "keys-then-exponential":
+            k = min(self.k, len(candidates))
+            rest = self.epsilon * (1 - self.keys_share)
+            chosen = top_k([rows for rows, _ in candidates], k, epsilon=rest, sensitivity=self.max_rows,
+                           monotonic=True, rng=_source(self.seed, 0))  # fmt: skip
+            return [candidates[i][1] for i in chosen]
+        top, rest = candidates[: self.kbar], candidates[self.kbar : self.kbar + 1]
+        chosen = limited_domain_top_k(
+            [rows for rows, _ in top], rest[0][0] if rest else 0, self.k, epsilon=self.epsilon, delta=self.delta,
+            max_rows=self.max_rows, max_keys=self.max_keys, rng=_source(self.seed, 0),
+        )  # fmt: skip
+        return [top[i][1] for i in chosen]
+
+    def expand(self, counts):
+        if self.mechanism == "keys-then-exponential":
+            candidates = (
+                counts
+                | "Keys" >> self.keys  # col: (key shard, Table of released keys)
+                | "Released" >> beam.FlatMapTuple(lambda _, table: largest(table, table.num_rows))  # col: (rows, key)
+                | "Gather" >> beam.combiners.ToList()  # col: [(rows, key)]
+            )
+        else:
+            n = self.kbar + 1
+            candidates = (
+                counts
+                | "ShardTop" >> beam.FlatMapTuple(lambda _, table: largest(table, n))  # col: (rows, key)
+                | "Top" >> beam.combiners.Top.Of(n)  # col: [(rows, key)], the n largest of all
+            )
+        return candidates | "Select" >> beam.Map(self.select)  # col: [key]
+
+
+class PrivateKeys(beam.PTransform):
+    """The keys that partition selection releases (mechanisms/partition_selection.py), with their counts.
+
+    col: (key shard, Table) -> col: (key shard, Table of the released keys). The keys are
+    (``epsilon``, ``delta``)-DP when each unit holds at most ``max_keys`` keys; their counts are NOT
+    released: only a private step may read them (e.g. the exponential mechanism over these keys).
+    """
+
+    def __init__(self, *, epsilon: float, delta: float, max_keys: int, label: str = "keys", seed: int | None = None):
+        super().__init__()
+        self.rule = PartitionSelection(epsilon=epsilon, delta=delta, max_keys=max_keys)
+        self.label, self.seed = label, parameters.test_seed(seed)
+
+    @property
+    def cost(self) -> Release:
+        return Release.approximate(self.rule.epsilon, self.rule.delta, self.label)
+
+    def keep(self, shard: int, table: pa.Table) -> tuple[int, pa.Table]:
+        kept = self.rule.keep(table.column(UNITS).to_numpy(), _source(self.seed, shard + 1))
+        return shard, table.filter(pa.array(kept))
+
+    def expand(self, counts):
+        return counts | "Keep" >> beam.MapTuple(self.keep)

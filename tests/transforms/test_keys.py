@@ -1,0 +1,119 @@
+"""Keys found in the data on Beam: per-key totals across shards, the top keys, partition selection."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_expmech.accounting import Release
+from beam_expmech.transforms.keys import KEY, ROWS, UNITS, KeyCounts, PrivateKeys, PrivateTopKeys
+
+
+def batches(rows: int = 3_000, seed: int = 0) -> list[pa.RecordBatch]:
+    """Zipf-like queries of 400 users, every user's rows in one batch (as BoundContributions leaves them)."""
+    rng = np.random.default_rng(seed)
+    users = np.sort(rng.integers(0, 400, rows))
+    zipf = 1 / np.arange(1, 51) ** 1.6
+    queries = rng.choice(np.arange(1, 51), rows, p=zipf / zipf.sum())
+    cuts = np.searchsorted(users, [100, 200, 300])
+    return [pa.record_batch({"user": part_u, "query": [f"q{q}" for q in part_q]})
+            for part_u, part_q in zip(np.split(users, cuts), np.split(queries, cuts), strict=True)]  # fmt: skip
+
+
+def totals(parts) -> dict[str, tuple[int, int]]:
+    rows, units = Counter(), {}
+    for batch in parts:
+        for user, query in zip(batch.column("user").to_pylist(), batch.column("query").to_pylist(), strict=True):
+            rows[query] += 1
+            units.setdefault(query, set()).add(user)
+    return {q: (rows[q], len(units[q])) for q in rows}
+
+
+@pytest.mark.parametrize("shards", [1, 7])
+def test_key_counts_are_each_keys_rows_and_distinct_units_whatever_the_shards(shards):
+    parts = batches()
+    with beam.Pipeline() as pipeline:
+        counted = (
+            pipeline
+            | beam.Create(parts)
+            | KeyCounts("query", unit_column="user", shards=shards)
+            | beam.FlatMapTuple(
+                lambda _, t: zip(t[KEY].to_pylist(), t[ROWS].to_pylist(), t[UNITS].to_pylist(), strict=True)
+            )
+        )
+        assert_that(counted, equal_to([(q, r, u) for q, (r, u) in totals(parts).items()]))
+
+
+def test_without_a_unit_column_each_row_is_a_unit():
+    parts = batches()
+    with beam.Pipeline() as pipeline:
+        counted = (
+            pipeline
+            | beam.Create(parts)
+            | KeyCounts("query", shards=3)
+            | beam.FlatMapTuple(lambda _, t: zip(t[ROWS].to_pylist(), t[UNITS].to_pylist(), strict=True))
+        )
+        assert_that(counted, equal_to([(r, r) for r, _ in totals(parts).values()]))
+
+
+@pytest.mark.parametrize("mechanism", ["limited-domain", "keys-then-exponential"])
+def test_top_keys_on_beam_find_keys_that_stand_far_apart_best_first(mechanism):
+    parts, truth = batches(), totals(batches())
+    ranked = sorted(truth, key=lambda q: -truth[q][0])
+    assert [truth[q][0] for q in ranked[:4]] == sorted([truth[q][0] for q in ranked[:4]], reverse=True)
+    step = PrivateTopKeys(epsilon=2.0, delta=1e-6, k=3, max_rows=1, max_keys=1, mechanism=mechanism, seed=5)
+    with beam.Pipeline() as pipeline:
+        chosen = pipeline | beam.Create(parts) | KeyCounts("query", unit_column="user", shards=4) | step
+        assert_that(chosen, equal_to([ranked[:3]]))  # q1, q2, q3: hundreds of rows apart at epsilon 2
+    if mechanism == "limited-domain":  # the same draw in one process, from the true (rows, key) pairs
+        assert step.select([(rows, q) for q, (rows, _) in truth.items()]) == ranked[:3]
+
+
+def test_few_keys_that_stand_out_release_fewer_than_k():
+    flat = [pa.record_batch({"user": np.arange(300), "query": [f"q{u}" for u in range(300)]})]  # each key once
+    for mechanism in ("limited-domain", "keys-then-exponential"):
+        step = PrivateTopKeys(epsilon=1.0, delta=1e-6, k=5, max_rows=1, max_keys=1, mechanism=mechanism)
+        with beam.Pipeline() as pipeline:
+            chosen = pipeline | beam.Create(flat) | KeyCounts("query", unit_column="user") | step
+            assert_that(chosen, equal_to([[]]))  # a key of one unit: released with probability ~1e-6
+
+
+def test_partition_selection_on_beam_keeps_the_keys_many_units_hold():
+    parts = batches()
+    step = PrivateKeys(epsilon=1.0, delta=1e-6, max_keys=1)
+    truth = totals(parts)
+    with beam.Pipeline() as pipeline:
+        kept = (
+            pipeline
+            | beam.Create(parts)
+            | KeyCounts("query", unit_column="user", shards=4)
+            | step
+            | beam.FlatMapTuple(lambda _, t: t[KEY].to_pylist())
+            | beam.combiners.ToList()
+        )
+
+        def check(out):
+            (keys,) = out
+            assert {q for q, (_, u) in truth.items() if u >= step.rule.always} <= set(keys)
+            assert not {q for q, (_, u) in truth.items() if u < step.rule.units_needed(0.5) // 2} & set(keys)
+
+        assert_that(kept, check)
+
+
+def test_costs_and_bad_arguments():
+    assert PrivateTopKeys(epsilon=1.0, delta=1e-6, k=3, max_rows=5, max_keys=3, label="top").cost == (
+        Release.approximate(1.0, 1e-6, "top")
+    )
+    assert PrivateKeys(epsilon=0.5, delta=1e-7, max_keys=2).cost == Release.approximate(0.5, 1e-7, "keys")
+    good = {"epsilon": 1.0, "delta": 1e-6, "k": 3, "max_rows": 5, "max_keys": 3}
+    bad_arguments = [({"delta": 0}, "delta"), ({"k": 0}, "k"), ({"kbar": 2}, "kbar"), ({"mechanism": "x"}, "mechanism"),
+                     ({"keys_share": 1.0}, "keys_share"), ({"max_keys": 0}, "max_keys"),
+                     ({"seed": 1.5}, "seed")]  # fmt: skip
+    for bad, named in bad_arguments:
+        with pytest.raises(ValueError, match=named):
+            PrivateTopKeys(**(good | bad))
