@@ -1,4 +1,5 @@
-"""One pass over the data on Beam: read the files, validate, bound, count one predicate family, then the final step."""
+"""One pass over the data on Beam: read the files, validate, bound, count (a predicate family, or the keys of a
+column), then the final step."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from beam_expmech.transforms import (
     WriteDeadLetter,
 )
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
+from beam_expmech.transforms.keys import KeyCounts
 from beam_expmech.transforms.read import METRICS_NAMESPACE
 
 _LOG = logging.getLogger(__name__)
@@ -75,19 +77,47 @@ class CountingJob:
     release: beam.PTransform
     shard_size: int = DEFAULT_SHARD_SIZE
 
+    def bounding(self, args: argparse.Namespace) -> beam.PTransform:
+        """col: RecordBatch -> col: RecordBatch: at most --max-rows-per-unit rows per --privacy-unit."""
+        return BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
+
+    def counting(self, args: argparse.Namespace) -> beam.PTransform:
+        """col: RecordBatch -> col: (candidate shard, counts)."""
+        return PredicateCounts(self.family, shard_size=self.shard_size)
+
+
+@dataclass(frozen=True)
+class KeyCountingJob:
+    """One pass that counts the values of ``key_column`` found in the data (no candidate list): each
+    --privacy-unit keeps at most K rows over at most ``max_keys`` keys, and ``release`` turns
+    col: (key shard, Table[key, rows, units]) into the one element the job releases."""
+
+    files: Sequence[str]
+    specs: Sequence[ColumnSpec]
+    key_column: str
+    max_keys: int
+    release: beam.PTransform
+
+    def bounding(self, args: argparse.Namespace) -> beam.PTransform:
+        return BoundContributions(args.privacy_unit, args.max_rows_per_unit, key_column=self.key_column,
+                                  max_keys=self.max_keys, seed=args.seed)  # fmt: skip
+
+    def counting(self, args: argparse.Namespace) -> beam.PTransform:
+        return KeyCounts(self.key_column, unit_column=args.privacy_unit)
+
 
 def counting_pipeline(
-    args: argparse.Namespace, beam_args: list[str], job: CountingJob, write: Callable[[object], None]
+    args: argparse.Namespace, beam_args: list[str], job: CountingJob | KeyCountingJob, write: Callable[[object], None]
 ) -> beam.Pipeline:
     """The job's graph, not yet run: read, validate, bound (with --privacy-unit), count, release, ``write`` it."""
     pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
     dead_letter = dead_letter_path(args.output, args.dead_letter)
     batches = read_valid_batches(pipeline, job.files, args.format, job.specs, dead_letter)  # col: RecordBatch
     if args.privacy_unit:
-        batches = batches | "Bound" >> BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed)
+        batches = batches | "Bound" >> job.bounding(args)
     _ = (
         batches
-        | "Count" >> PredicateCounts(job.family, shard_size=job.shard_size)  # col: (shard, counts)
+        | "Count" >> job.counting(args)  # col: (shard, counts)
         | "Release" >> job.release  # col: the release, once
         | "Write" >> beam.Map(write)
     )
@@ -95,7 +125,10 @@ def counting_pipeline(
 
 
 def run_counting_job(
-    args: argparse.Namespace, beam_args: list[str], job: CountingJob, write: Callable[[object], None] | None = None
+    args: argparse.Namespace,
+    beam_args: list[str],
+    job: CountingJob | KeyCountingJob,
+    write: Callable[[object], None] | None = None,
 ) -> dict | None:
     """Build ``counting_pipeline`` and run it to the end.
 

@@ -3,12 +3,17 @@
     python -m pipelines.select --input PATH --column COL (--candidates FILE | --candidate-range LO:HI)
         [--privacy-unit COL --max-rows-per-unit K] --epsilon E [--top-k K]
         [--mechanism exponential|permute-and-flip] --output OUT.json [Beam options]
+    python -m pipelines.select --input PATH --column COL --epsilon E --delta D [--top-k K]
+        [--privacy-unit COL --max-rows-per-unit K [--max-keys-per-unit L]]
+        [--mechanism limited-domain|keys-then-exponential] --output OUT.json [Beam options]
 
-The candidates are public (a file with one label a line, or an integer range LO..HI-1). Each
-candidate's score is the number of rows whose column equals it; with --privacy-unit each
-unit keeps at most K rows, so a score moves by at most K (sensitivity K, monotone). Only the
-selection and public parameters are released, in OUT.json; rejected rows (raw data) go to
---dead-letter PATH, by default OUT.dead_letter.csv beside it.
+With candidates, they are public (a file with one label a line, or an integer range LO..HI-1).
+Without, they are the column's values, found privately ((epsilon, delta)-DP: a key only one
+unit holds is released with probability below delta), and fewer than k may be released. Each
+candidate's score is the number of rows whose column equals it; with --privacy-unit each unit
+keeps at most K rows (over at most L keys), so a score moves by at most K (sensitivity K,
+monotone). Only the selection and public parameters are released, in OUT.json; rejected rows
+(raw data) go to --dead-letter PATH, by default OUT.dead_letter.csv beside it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 
 import apache_beam as beam
 
+from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.errors import InputError, first_line
 from beam_expmech.io.validation import ColumnSpec
@@ -26,11 +32,14 @@ from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import PrivateSelect
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
+from beam_expmech.transforms.keys import MECHANISMS as KEY_MECHANISMS
+from beam_expmech.transforms.keys import PrivateTopKeys
 from pipelines import budget, console, flags, job
 
 # Every candidate's count exists somewhere (the candidate set is public, zeros included): 2^32 of them
 # are 32 GiB of counts across the workers, in 4,096 shards of the default size.
 MAX_CANDIDATES = 1 << 32
+PUBLIC_MECHANISMS = ("exponential", "permute-and-flip")
 
 
 def build_parser() -> flags.ArgumentParser:
@@ -38,16 +47,28 @@ def build_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(prog="python -m pipelines.select", description=__doc__.splitlines()[0])
     flags.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the column whose values are the candidates")
-    candidates = parser.add_mutually_exclusive_group(required=True)
+    candidates = parser.add_mutually_exclusive_group()
     candidates.add_argument("--candidates", help="a file (local or gs://) with one candidate label a line")
     candidates.add_argument("--candidate-range", help="integer candidates LO:HI (LO included, HI excluded)")
     flags.add_privacy_flags(parser)
+    parser.add_argument(
+        "--delta",
+        type=float,
+        help="without --candidates or --candidate-range (keys found in the data): the chance, at most, that a key "
+        "one unit holds is released because of it (required there; e.g. 1e-6, below 1 / the number of units)",
+    )
+    parser.add_argument(
+        "--max-keys-per-unit",
+        type=int,
+        help="L, keys found in the data: each unit keeps rows of at most L of its keys, drawn at random "
+        "(with --privacy-unit; default K, the most K rows can hold)",
+    )
     parser.add_argument("--top-k", type=int, default=1, help="how many candidates to select (default 1)")
     parser.add_argument(
         "--mechanism",
-        choices=("exponential", "permute-and-flip"),
-        default="exponential",
-        help="exponential (default), or permute-and-flip: never less accurate at the same epsilon (--top-k 1 only)",
+        choices=(*PUBLIC_MECHANISMS, *KEY_MECHANISMS),
+        help="with candidates: exponential (default), or permute-and-flip: never less accurate at the same epsilon "
+        f"(--top-k 1 only); keys found in the data: {KEY_MECHANISMS[0]} (default), or {KEY_MECHANISMS[1]}",
     )
     parser.add_argument(
         "--shard-size",
@@ -61,7 +82,11 @@ def build_parser() -> flags.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
-    return build_parser().parse_known_args(argv)
+    args, beam_args = build_parser().parse_known_args(argv)
+    if args.mechanism is None:  # the default depends on where the candidates come from
+        keys = args.candidates is None and args.candidate_range is None
+        args.mechanism = KEY_MECHANISMS[0] if keys else PUBLIC_MECHANISMS[0]
+    return args, beam_args
 
 
 def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, ColumnSpec]:
@@ -85,6 +110,75 @@ def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, ColumnSp
     return CategoryCounts(args.column, labels), ColumnSpec(args.column, "string")
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags that go with public candidates, or with keys found in the data (before anything is read)."""
+    flags.check_unit_flags(args)
+    if args.candidates is not None or args.candidate_range is not None:
+        if args.mechanism not in PUBLIC_MECHANISMS:
+            raise ValueError(f"--mechanism {args.mechanism} is for keys found in the data, without candidates")
+        if args.delta is not None or args.max_keys_per_unit is not None:
+            raise ValueError("--delta and --max-keys-per-unit are for keys found in the data, without candidates")
+        return
+    if args.mechanism not in KEY_MECHANISMS:
+        raise ValueError(f"--mechanism {args.mechanism} needs --candidates or --candidate-range")
+    if args.delta is None:
+        raise ValueError("keys found in the data need --delta (or give --candidates or --candidate-range)")
+    parameters.probability(args.delta, "--delta")
+    if args.max_keys_per_unit is not None and args.privacy_unit is None:
+        raise ValueError("--max-keys-per-unit goes with --privacy-unit (without it each row is a unit of one key)")
+
+
+def key_selection(args: argparse.Namespace) -> PrivateTopKeys:
+    """The final step over keys found in the data (also run in one process by the privacy audit).
+
+    Sensitivity: each unit keeps at most K rows over at most L keys (L = K unless bounded further).
+    """
+    max_rows = rows_per_unit(args.max_rows_per_unit)
+    return PrivateTopKeys(
+        epsilon=args.epsilon,
+        delta=args.delta,
+        k=args.top_k,
+        max_rows=max_rows,
+        max_keys=args.max_keys_per_unit or max_rows,
+        mechanism=args.mechanism,
+        label=f"top-{args.top_k} keys of {args.column}",
+        seed=args.seed,
+    )
+
+
+def select_keys(args: argparse.Namespace, beam_args: list[str]) -> int:
+    """The top k of keys found in the data: fewer when fewer clear the privacy threshold."""
+    step = key_selection(args)
+    specs = [ColumnSpec(args.column, "string"), *flags.unit_specs(args)]
+    files = job.check_input(args, specs)
+    public = budget.release_manifest(
+        args,
+        mechanism=step.mechanism,
+        cost=step.cost,
+        delta=step.delta,
+        accuracy=step.accuracy(),
+        beta=None,
+        sensitivity=step.max_rows,
+        max_keys_per_unit=step.max_keys,
+        top_k=step.k,
+        candidates="keys found in the data",
+    )
+    release = step | "Labels" >> beam.Map(lambda chosen: {"selected": chosen, **public})
+    if budget.dry_run(args, step.cost, files, public):
+        return 0
+    with budget.charge(args, step.cost, "select", delta=step.delta):  # before any row is read
+        released = job.run_counting_job(
+            args, beam_args, job.KeyCountingJob(files, specs, args.column, step.max_keys, release)
+        )
+    found = released["selected"]
+    fewer = "" if len(found) == step.k else f" ({len(found)} of {step.k}: the others did not clear the threshold)"
+    print(
+        f"selected {', '.join(found) or 'no key'}{fewer}: top-{step.k} keys of {args.column} found in the data by "
+        f"{step.mechanism}, epsilon={args.epsilon:g}, delta={step.delta:g}; release {args.output}"
+    )
+    return 0
+
+
 def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect:
     """The final step the command line asks for (also run in one process by the privacy audit).
 
@@ -105,7 +199,9 @@ def selection(args: argparse.Namespace, family: CategoryCounts) -> PrivateSelect
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
-    flags.check_unit_flags(args)
+    check_flags(args)
+    if args.candidates is None and args.candidate_range is None:
+        return select_keys(args, beam_args)
     family, spec = candidate_family(args)
     select = selection(args, family)
     sensitivity = select.sensitivity
