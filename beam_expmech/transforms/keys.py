@@ -171,9 +171,15 @@ class PrivateTopKeys(beam.PTransform):
         return {"units_for_a_key_to_be_released": {"with_probability_0.5": rule.units_needed(0.5),
                                                    "with_probability_0.95": rule.units_needed(0.95)}}  # fmt: skip
 
+    def candidates(self, shard: int, table: pa.Table) -> list[tuple[int, str]]:
+        """One shard's candidates as (rows, key): its kbar + 1 largest, or the keys partition selection keeps."""
+        if self.mechanism == "keys-then-exponential":
+            _, kept = self.keys.keep(shard, table)
+            return largest(kept, kept.num_rows)
+        return largest(table, self.kbar + 1)
+
     def select(self, candidates: list[tuple[int, str]]) -> list[str]:
-        """The draw from (rows, key) pairs, in one process (audits, small jobs): for limited-domain the
-        kbar + 1 largest, for keys-then-exponential the keys partition selection released."""
+        """The draw from every shard's candidates: the last step, on one worker."""
         candidates = sorted(candidates, reverse=True)
         if not candidates:
             return []
@@ -190,22 +196,22 @@ class PrivateTopKeys(beam.PTransform):
         )  # fmt: skip
         return [top[i][1] for i in chosen]
 
+    def release(self, shards: list[tuple[int, pa.Table]]) -> list[str]:
+        """The same draw as ``expand``, in one process, from (key shard, Table) pairs (audits, small jobs)."""
+        return self.select([pair for shard, table in shards for pair in self.candidates(shard, table)])
+
     def expand(self, counts):
-        if self.mechanism == "keys-then-exponential":
-            candidates = (
-                counts
-                | "Keys" >> self.keys  # col: (key shard, Table of released keys)
-                | "Released" >> beam.FlatMapTuple(lambda _, table: largest(table, table.num_rows))  # col: (rows, key)
-                | "Gather" >> beam.combiners.ToList()  # col: [(rows, key)]
-            )
-        else:
-            n = self.kbar + 1
-            candidates = (
-                counts
-                | "ShardTop" >> beam.FlatMapTuple(lambda _, table: largest(table, n))  # col: (rows, key)
-                | "Top" >> beam.combiners.Top.Of(n)  # col: [(rows, key)], the n largest of all
-            )
-        return candidates | "Select" >> beam.Map(self.select)  # col: [key]
+        gather = (
+            beam.combiners.ToList()
+            if self.mechanism == "keys-then-exponential"
+            else beam.combiners.Top.Of(self.kbar + 1)
+        )  # the released keys (public), or the kbar + 1 largest of every shard's kbar + 1
+        return (
+            counts
+            | "Candidates" >> beam.FlatMapTuple(self.candidates)  # col: (rows, key)
+            | "Gather" >> gather  # col: [(rows, key)]
+            | "Select" >> beam.Map(self.select)  # col: [key]
+        )
 
 
 class PrivateKeys(beam.PTransform):
@@ -226,6 +232,8 @@ class PrivateKeys(beam.PTransform):
         return Release.approximate(self.rule.epsilon, self.rule.delta, self.label)
 
     def keep(self, shard: int, table: pa.Table) -> tuple[int, pa.Table]:
+        """One independent draw per key (in key order, so a test seed gives the same draw on any runner)."""
+        table = table.sort_by(KEY)
         kept = self.rule.keep(table.column(UNITS).to_numpy(), _source(self.seed, shard + 1))
         return shard, table.filter(pa.array(kept))
 

@@ -11,7 +11,16 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_expmech.accounting import Release
-from beam_expmech.transforms.keys import KEY, ROWS, UNITS, KeyCounts, PrivateKeys, PrivateTopKeys
+from beam_expmech.transforms.keys import (
+    KEY,
+    ROWS,
+    UNITS,
+    KeyCounts,
+    PrivateKeys,
+    PrivateTopKeys,
+    batch_key_counts,
+    key_totals,
+)
 
 
 def batches(rows: int = 3_000, seed: int = 0) -> list[pa.RecordBatch]:
@@ -70,8 +79,20 @@ def test_top_keys_on_beam_find_keys_that_stand_far_apart_best_first(mechanism):
     with beam.Pipeline() as pipeline:
         chosen = pipeline | beam.Create(parts) | KeyCounts("query", unit_column="user", shards=4) | step
         assert_that(chosen, equal_to([ranked[:3]]))  # q1, q2, q3: hundreds of rows apart at epsilon 2
-    if mechanism == "limited-domain":  # the same draw in one process, from the true (rows, key) pairs
-        assert step.select([(rows, q) for q, (rows, _) in truth.items()]) == ranked[:3]
+
+
+@pytest.mark.parametrize("mechanism", ["limited-domain", "keys-then-exponential"])
+def test_top_keys_on_beam_are_the_one_process_draw_under_a_test_seed(mechanism):
+    parts = batches()
+    step = PrivateTopKeys(epsilon=0.3, delta=1e-3, k=4, max_rows=1, max_keys=1, mechanism=mechanism, seed=11)
+    shards: dict[int, list] = {}
+    for batch in parts:
+        for shard, table in batch_key_counts(batch, "query", "user", 4):
+            shards.setdefault(shard, []).append(table)
+    expected = step.release([(shard, key_totals(pa.concat_tables(tables))) for shard, tables in shards.items()])
+    with beam.Pipeline() as pipeline:
+        chosen = pipeline | beam.Create(parts) | KeyCounts("query", unit_column="user", shards=4) | step
+        assert_that(chosen, equal_to([expected]))
 
 
 def test_few_keys_that_stand_out_release_fewer_than_k():
