@@ -289,6 +289,27 @@ MUTANTS = [
         "numerator = -(-p.numerator * one // p.denominator)",
         (f"{KEYS}::test_partition_selection_rule_is_the_optimal_one_and_keeps_both_inequalities",),
     ),
+    Mutant(
+        "select keys: each shard sends its kbar largest, not kbar + 1 (bottom misses the next count)",
+        "beam_expmech/transforms/keys.py",
+        "return largest(table, self.kbar + 1)",
+        "return largest(table, self.kbar)",
+        (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
+    ),
+    Mutant(
+        "select keys: partition selection spends the whole epsilon, not its share",
+        "beam_expmech/transforms/keys.py",
+        "self.keys = PrivateKeys(epsilon=self.epsilon * self.keys_share,",
+        "self.keys = PrivateKeys(epsilon=self.epsilon,",
+        (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
+    ),
+    Mutant(
+        "select keys: the exponential mechanism after partition selection spends the whole epsilon too",
+        "beam_expmech/transforms/keys.py",
+        "rest = self.epsilon * (1 - self.keys_share)",
+        "rest = self.epsilon",
+        (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
+    ),
 ]
 
 

@@ -14,13 +14,16 @@ from fractions import Fraction
 
 import gmpy2
 import numpy as np
+import pyarrow as pa
 import pytest
 from privacy_loss import hockey_stick, record_sampler, unit_contributions
-from references import limited_domain_pmf, partition_selection_pmf
+from references import keys_then_exponential_pmf, limited_domain_pmf, partition_selection_pmf
 
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
 from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.transforms.keys import KEY, ROWS, UNITS
+from pipelines import select
 
 EPSILON, DELTA = 1.0, 0.05
 KEYS = 4
@@ -118,3 +121,62 @@ def test_partition_selection_sampler_follows_its_rule(audit, max_keys):
     source = random_source(np.random.default_rng(max_keys))
     draws = [tuple(np.flatnonzero(rule.keep(units, source)).tolist()) for _ in range(3_000)]
     record_sampler(audit, f"partition selection L={max_keys}", draws, partition_selection_pmf(units, rule.probability))
+
+
+# --- the command line's step over keys found in the data, as pipelines.select builds it ------------
+
+
+def command_line_step(mechanism: str, k: int, max_rows: int, max_keys: int, seed: int):
+    args, _ = select.parse_args(["--input", "x", "--column", "query", "--epsilon", str(EPSILON), "--delta", str(DELTA),
+                                 "--top-k", str(k), "--privacy-unit", "user", "--max-rows-per-unit", str(max_rows),
+                                 "--max-keys-per-unit", str(max_keys), "--mechanism", mechanism, "--seed", str(seed),
+                                 "--output", "x.json"])  # fmt: skip
+    select.check_flags(args)
+    return select.key_selection(args)
+
+
+def shards_of(rows, units, shards: int = 2) -> list[tuple[int, pa.Table]]:
+    """Per-key totals of keys "k0", "k1", ... (absent when no unit holds it), spread over ``shards``."""
+    present = [i for i in range(len(rows)) if units[i] > 0]
+    return [(s, pa.table({KEY: [f"k{i}" for i in present if i % shards == s],
+                          ROWS: pa.array([rows[i] for i in present if i % shards == s], pa.int64()),
+                          UNITS: pa.array([units[i] for i in present if i % shards == s], pa.int64())}))
+            for s in range(shards)]  # fmt: skip
+
+
+SHIPPED = [("limited-domain", 2, 2, 2), ("limited-domain", 3, 1, 1), ("keys-then-exponential", 2, 2, 2),
+           ("keys-then-exponential", 1, 1, 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("mechanism,k,max_rows,max_keys", SHIPPED)
+def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism, k, max_rows, max_keys):
+    rows, units = [40, 30, 26, 3], [20, 15, 13, 2]  # no ties: the definition's tie rule does not matter
+    draws = []
+    for seed in range(2_000):
+        chosen = command_line_step(mechanism, k, max_rows, max_keys, seed).release(shards_of(rows, units))
+        draws.append(tuple(int(key[1:]) for key in chosen))
+    if mechanism == "limited-domain":
+        pmf = limited_domain_pmf(rows, k, k, EPSILON, DELTA, max_rows, max_keys)
+    else:
+        pmf = keys_then_exponential_pmf(rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys)
+    record_sampler(audit, f"select keys {mechanism} k={k} K={max_rows} L={max_keys}", draws, pmf)
+
+
+@pytest.mark.parametrize("k,max_rows,max_keys", [(1, 1, 1), (2, 2, 2)])
+def test_keys_then_exponential_is_epsilon_delta_dp(audit, k, max_rows, max_keys):
+    """Per key (rows, units), rows >= units; a unit adds one unit to each of at most L keys and at most K rows
+    over them (at least one each)."""
+    states = [(0, 0), (1, 1), (2, 1), (2, 2), (3, 2)]
+    worst, pairs = 0.0, 0
+    for base in itertools.product(states, repeat=3):
+        rows, units = [r for r, _ in base], [u for _, u in base]
+        p = keys_then_exponential_pmf(rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys)
+        for added in unit_contributions(3, max_rows, max_keys):
+            q = keys_then_exponential_pmf([r + a for r, a in zip(rows, added, strict=True)],
+                                          [u + (a > 0) for u, a in zip(units, added, strict=True)],
+                                          k, EPSILON, DELTA, 0.5, max_rows, max_keys)  # fmt: skip
+            worst = max(worst, hockey_stick(p, q, EPSILON), hockey_stick(q, p, EPSILON))
+            pairs += 1
+    audit.check(f"keys then exponential k={k} K={max_rows} L={max_keys}", "(eps, delta)-DP: hockey stick",
+                cases=pairs, worst=worst, bound=DELTA)  # fmt: skip
+    assert worst > DELTA / 20

@@ -85,3 +85,38 @@ def partition_selection_pmf(units, probability):
             released = tuple(i for i, keep in enumerate(kept) if keep)
             pmf[released] = pmf.get(released, 0.0) + p
     return pmf
+
+
+def optimal_partition_rule(epsilon, delta, max_keys):
+    """pi(n) of Desfontaines et al. 2022 at (epsilon / L, delta / L), in floats, from its recursion."""
+    x, d = epsilon / max_keys, delta / max_keys
+
+    def pi(n):
+        p = 0.0
+        for _ in range(n):
+            p = min(1.0, math.exp(x) * p + d, 1 - math.exp(-x) * (1 - p - d))
+        return p
+
+    return pi
+
+
+def keys_then_exponential_pmf(rows, units, k, epsilon, delta, share, max_rows, max_keys):
+    """Partition selection on ``units`` (share of epsilon), then k' = min(k, released) rounds of the
+    exponential mechanism (monotone, sensitivity K) over the released keys' ``rows`` with the rest."""
+    pi = optimal_partition_rule(epsilon * share, delta, max_keys)
+    rest = epsilon * (1 - share)
+    pmf: dict[tuple, float] = {}
+    for released, p_released in partition_selection_pmf(units, pi).items():
+        if not released:
+            pmf[()] = pmf.get((), 0.0) + p_released
+            continue
+        rounds = min(k, len(released))
+        for order in itertools.permutations(released, rounds):
+            p, remaining = p_released, list(released)
+            for key in order:
+                top = max(rows[r] for r in remaining)
+                weights = {r: math.exp(rest / rounds * (rows[r] - top) / max_rows) for r in remaining}
+                p *= weights[key] / sum(weights.values())
+                remaining.remove(key)
+            pmf[order] = pmf.get(order, 0.0) + p
+    return pmf
