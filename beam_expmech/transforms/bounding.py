@@ -1,10 +1,21 @@
-"""Contribution bounding: at most K rows per privacy unit, as a batched shuffle.
+"""Contribution bounding: at most K rows per privacy unit, optionally over at most L keys, as a
+batched shuffle.
 
 Every row gets a uniform random priority, and each batch is split by a stable hash of the unit
 into S shards. Per shard, a CombineFn keeps each unit's K rows of lowest priority (a vectorised
 sort and rank): a uniform random K-subset, and an associative rule, so Beam can apply it before
 the shuffle and ship at most K rows per unit. Every count over the result then changes by at
 most K * contribution when one unit is added or removed, and all counts move the same way.
+
+With a key column and L (``max_keys``), each (unit, key) pair also gets a priority: a 64-bit mix
+of the unit's hash, the key's hash and a salt drawn once per run, so every batch, shard and
+worker ranks a unit's keys alike, from that unit's rows and the salt alone. A unit keeps its L
+keys of lowest priority (a uniform random L-subset of its keys), then its K lowest-priority rows
+among those keys' rows. Partial results keep each unit's L lowest keys and, per (unit, key), the
+K lowest rows (at most L * K rows a unit): enough to contain the final choice of any union of
+parts, so merging stays associative; only the final output cuts each unit to K rows. A unit then
+touches at most L keys with at most K rows in all: at most L per-key counts move, each by at most
+K * contribution, and at most L keys' counts of distinct units move, each by 1.
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ from beam_expmech.mechanisms.randomness import random_source
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV prime: the polynomial base for text units
 PRIORITY = "__priority"
+KEY_PRIORITY = "__key_priority"
 _COMPACT_ROWS = 1 << 17
+_NULL_KEY = np.uint64(0x6E756C6C6B6579)  # the hash of a null key
 
 
 def unit_hash(units: pa.Array) -> np.ndarray:
@@ -85,6 +98,32 @@ def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.Record
     return batch.append_column(PRIORITY, pa.array(source.uint32(batch.num_rows)))
 
 
+def key_salt(seed: int | None = None) -> int:
+    """The run's 64-bit salt for key priorities: OS randomness, or (tests only) derived from ``seed``."""
+    source = random_source(None if seed is None else np.random.default_rng([seed, 0x4B4559]))
+    return source.bits(64)
+
+
+def key_priorities(units: pa.Array, keys: pa.Array, salt: int) -> np.ndarray:
+    """Each (unit, key) pair's 64-bit priority: a mix of both hashes and the run's salt, so it depends
+    on nothing but the pair and the salt (every batch, shard and worker computes it alike). A null
+    key is one key of its own."""
+    keys = canonical_identity(keys)
+    if not keys.null_count:
+        key_hashes = unit_hash(keys)
+    else:
+        filler = pa.scalar(b"" if pa.types.is_large_binary(keys.type) else 0, keys.type)
+        key_hashes = unit_hash(keys.fill_null(filler))
+        key_hashes[np.asarray(keys.is_null())] = _NULL_KEY
+    return _mix(_mix(unit_hash(units) ^ np.uint64(salt)) ^ key_hashes)
+
+
+def with_key_priorities(batch: pa.RecordBatch, unit_column: str, key_column: str, salt: int) -> pa.RecordBatch:
+    """The batch with its (unit, key) priorities (``key_priorities``)."""
+    priorities = key_priorities(batch.column(unit_column), batch.column(key_column), salt)
+    return batch.append_column(KEY_PRIORITY, pa.array(priorities))
+
+
 def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     """Each unit's ``max_rows`` rows of lowest priority (all its rows if it has fewer).
 
@@ -105,6 +144,40 @@ def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     return table.take(pa.array(order[rank < max_rows]))
 
 
+def keep_lowest_keys(table: pa.Table, unit_column: str, key_column: str, max_keys: int, max_rows: int) -> pa.Table:
+    """Each unit's ``max_keys`` keys of lowest key priority, and per (unit, key) its ``max_rows`` rows of
+    lowest priority: the partial result (at most L * K rows a unit).
+
+    It holds every row the final choice can want: a key among a unit's L lowest overall is among
+    its L lowest in any part that holds it, and a row among its (unit, key)'s K lowest overall is
+    among them in its part. So keep_lowest_keys(parts merged) == keep_lowest_keys(all rows), in any
+    order, and the final rule, ``keep_lowest`` on top (each unit's K lowest rows among its kept
+    keys' rows), gives the same rows as one pass. Then one unit contributes at most K rows in all,
+    to at most L distinct keys, chosen uniformly among its keys (key priorities are a hash of the
+    unit, the key and a random salt), and the rows uniformly among those keys' rows.
+    """
+    if table.num_rows == 0:
+        return table
+    units = canonical_identity(table.column(unit_column).combine_chunks())
+    unit = pc.dictionary_encode(units).indices.to_numpy(zero_copy_only=False)
+    keys = pc.dictionary_encode(canonical_identity(table.column(key_column).combine_chunks()), null_encoding="encode")
+    # Distinct keys whose priorities tie (2^-64 a pair) are ranked by value: by the data, not row order.
+    by_value = np.empty(len(keys.dictionary), np.int64)
+    by_value[pc.sort_indices(keys.dictionary).to_numpy()] = np.arange(len(keys.dictionary))
+    key = by_value[keys.indices.to_numpy(zero_copy_only=False)]
+    order = np.lexsort((table.column(PRIORITY).to_numpy(), key, table.column(KEY_PRIORITY).to_numpy(), unit))
+    unit, key = unit[order], key[order]
+    positions = np.arange(order.size)
+    new_unit = np.ones(order.size, bool)
+    new_unit[1:] = unit[1:] != unit[:-1]
+    new_key = new_unit.copy()
+    new_key[1:] |= key[1:] != key[:-1]
+    key_number = np.cumsum(new_key)
+    key_rank = key_number - key_number[np.maximum.accumulate(np.where(new_unit, positions, 0))]  # 0, 1, ... a unit
+    row_rank = positions - np.maximum.accumulate(np.where(new_key, positions, 0))  # 0, 1, ... a (unit, key)
+    return table.take(pa.array(order[(key_rank < max_keys) & (row_rank < max_rows)]))
+
+
 @dataclass
 class KeptRows:
     """KeepLowestPerUnit's accumulator: the compacted rows so far, and the batches not yet compacted."""
@@ -118,10 +191,13 @@ class KeepLowestPerUnit(beam.CombineFn):
     """Per shard: the ``max_rows`` lowest-priority rows of each unit, compacted as batches arrive.
 
     Beam lifts the combine before the shuffle, so each worker ships at most ``max_rows`` rows per unit.
+    With ``key_column`` and ``max_keys`` (L), partial results keep each unit's L lowest keys with K
+    rows each (``keep_lowest_keys``), and only ``extract_output`` cuts each unit to K rows in all.
     """
 
-    def __init__(self, unit_column: str, max_rows: int):
+    def __init__(self, unit_column: str, max_rows: int, key_column: str | None = None, max_keys: int | None = None):
         self.unit_column, self.max_rows = unit_column, max_rows
+        self.key_column, self.max_keys = key_column, max_keys
 
     def create_accumulator(self) -> KeptRows:
         return KeptRows()
@@ -149,14 +225,22 @@ class KeepLowestPerUnit(beam.CombineFn):
 
     def extract_output(self, accumulator: KeptRows) -> pa.Table | None:
         self._compact(accumulator)
-        return accumulator.kept
+        if self.key_column is None or accumulator.kept is None:
+            return accumulator.kept
+        return keep_lowest(accumulator.kept, self.unit_column, self.max_rows)  # the final cut: K rows a unit
 
     def _compact(self, accumulator: KeptRows) -> None:
         parts = ([] if accumulator.kept is None else [accumulator.kept]) + [
             p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in accumulator.pending
         ]
         if parts:
-            accumulator.kept = keep_lowest(pa.concat_tables(parts).combine_chunks(), self.unit_column, self.max_rows)
+            table = pa.concat_tables(parts).combine_chunks()
+            if self.key_column is None:
+                accumulator.kept = keep_lowest(table, self.unit_column, self.max_rows)
+            else:
+                accumulator.kept = keep_lowest_keys(
+                    table, self.unit_column, self.key_column, self.max_keys, self.max_rows
+                )
         accumulator.pending, accumulator.pending_rows = [], 0
 
 
@@ -164,29 +248,55 @@ class BoundContributions(beam.PTransform):
     """At most ``max_rows`` rows per value of ``unit_column``; rows chosen uniformly at random.
 
     col: RecordBatch -> col: RecordBatch. With it, a count's sensitivity is ``max_rows`` times
-    the predicate's contribution, and counts stay monotone. ``seed`` (tests only) makes the
-    choice repeatable; the guarantee does not rest on this randomness, but it is the OS's by default.
+    the predicate's contribution, and counts stay monotone. With ``key_column`` and ``max_keys``
+    (L, both or neither), each unit also keeps rows of at most L distinct values of ``key_column``,
+    chosen uniformly among its keys, and its ``max_rows`` rows among theirs: at most L per-key
+    counts move, each by at most ``max_rows`` times the contribution. ``seed`` (tests only) makes
+    the choice repeatable; the guarantee does not rest on this randomness, but it is the OS's by default.
     """
 
-    def __init__(self, unit_column: str, max_rows: int, *, shards: int = 32, seed: int | None = None):
+    def __init__(
+        self,
+        unit_column: str,
+        max_rows: int,
+        *,
+        shards: int = 32,
+        seed: int | None = None,
+        key_column: str | None = None,
+        max_keys: int | None = None,
+    ):
         super().__init__()
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be an integer >= 1, got {max_rows!r}")
         if not 1 <= shards <= 1 << 16:
             raise ValueError(f"shards must be between 1 and 65536, got {shards}")
+        if (key_column is None) != (max_keys is None):
+            raise ValueError("key_column and max_keys go together: give both or neither")
+        if key_column is not None:
+            if not isinstance(key_column, str):
+                raise ValueError(f"key_column must be a column name (str), got {key_column!r}")
+            if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+                raise ValueError(f"max_keys must be an integer >= 1, got {max_keys!r}")
         self.unit_column, self.max_rows, self.shards, self.seed = unit_column, max_rows, shards, seed
+        self.key_column, self.max_keys = key_column, max_keys
+        # Drawn once, here, so every worker ranks a unit's keys alike.
+        self.salt = None if key_column is None else key_salt(seed)
 
     def expand(self, batches):
-        unit, shards, seed = self.unit_column, self.shards, self.seed
+        unit, shards, seed, key = self.unit_column, self.shards, self.seed, self.key_column
+        batches = batches | "Priorities" >> beam.Map(with_priorities, seed)  # col: RecordBatch + priority
+        if key is not None:
+            batches = batches | "KeyPriorities" >> beam.Map(with_key_priorities, unit, key, self.salt)
+        combine = KeepLowestPerUnit(unit, self.max_rows, key, self.max_keys)
         return (
             batches
-            | "Priorities" >> beam.Map(with_priorities, seed)  # col: RecordBatch + priority
             | "Shard" >> beam.FlatMap(split_by_shard, unit, shards)  # col: (shard, RecordBatch)
-            | "KeepLowest" >> beam.CombinePerKey(KeepLowestPerUnit(unit, self.max_rows))  # col: (shard, Table)
+            | "KeepLowest" >> beam.CombinePerKey(combine)  # col: (shard, Table)
             | "Batches" >> beam.FlatMapTuple(_as_batches)  # col: RecordBatch
         )
 
 
 def _as_batches(_shard: int, table: pa.Table | None):
     if table is not None:
-        yield from table.drop_columns([PRIORITY]).to_batches(max_chunksize=readers.BATCH_ROWS)
+        hidden = [c for c in (PRIORITY, KEY_PRIORITY) if c in table.column_names]
+        yield from table.drop_columns(hidden).to_batches(max_chunksize=readers.BATCH_ROWS)

@@ -1,4 +1,5 @@
-"""Contribution bounding: no unit above K rows, whatever the input; the choice is uniform."""
+"""Contribution bounding: no unit above K rows (and L keys, when asked), whatever the input; the choice
+is uniform, and each unit's depends on its own rows alone."""
 
 from __future__ import annotations
 
@@ -8,17 +9,21 @@ from collections import Counter
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pytest
 from apache_beam.testing.util import assert_that
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sampling import assert_follows
 
 from beam_expmech.transforms.bounding import (
+    KEY_PRIORITY,
     PRIORITY,
     BoundContributions,
     KeepLowestPerUnit,
+    key_salt,
     split_by_shard,
     unit_hash,
+    with_key_priorities,
     with_priorities,
 )
 
@@ -28,16 +33,22 @@ units_strategy = st.one_of(
 )
 
 
-def bound(batches, k, shards, seed=None):
-    """The transform's steps by hand: priorities, shards, then two partial combines merged."""
-    combine = KeepLowestPerUnit("unit", k)
+def bound(batches, k, shards, seed=None, max_keys=None):
+    """The transform's steps by hand: priorities, shards, then two partial combines merged. With
+    ``max_keys`` (L), at most L values of the column "key" a unit, as the transform does it."""
+    combine = KeepLowestPerUnit("unit", k) if max_keys is None else KeepLowestPerUnit("unit", k, "key", max_keys)
+    salt = None if max_keys is None else key_salt(seed)
     accumulators = {}
     for i, batch in enumerate(batches):
-        for shard, part in split_by_shard(with_priorities(batch, seed), "unit", shards):
+        batch = with_priorities(batch, seed)
+        if max_keys is not None:
+            batch = with_key_priorities(batch, "unit", "key", salt)
+        for shard, part in split_by_shard(batch, "unit", shards):
             pair = accumulators.setdefault(shard, [combine.create_accumulator(), combine.create_accumulator()])
             pair[i % 2] = combine.add_input(pair[i % 2], part)
     tables = [combine.extract_output(combine.merge_accumulators(pair)) for pair in accumulators.values()]
-    return pa.concat_tables([t.drop_columns([PRIORITY]) for t in tables if t is not None])
+    hidden = [PRIORITY] if max_keys is None else [PRIORITY, KEY_PRIORITY]
+    return pa.concat_tables([t.drop_columns(hidden) for t in tables if t is not None])
 
 
 @settings(max_examples=60, deadline=None)
@@ -109,3 +120,174 @@ def test_bound_contributions_on_beam():
     with beam.Pipeline() as pipeline:
         kept = pipeline | beam.Create(table.to_batches(max_chunksize=97)) | BoundContributions("unit", 3, shards=4)
         assert_that(kept, check)
+
+
+# L0 bounding: at most L keys (values of "key") a unit, and K rows among theirs.
+
+keyed_rows_strategy = st.lists(  # (unit, key) per row: few units and keys, so units share keys and shards
+    st.tuples(st.integers(0, 5), st.one_of(st.integers(-3, 3), st.none())), min_size=1, max_size=80
+)
+
+
+def keyed_table(rows, first_row: int = 0) -> pa.Table:
+    # "row" first: the seeded priorities hash a batch's first column, so no two batches share them.
+    return pa.table({
+        "row": np.arange(first_row, first_row + len(rows)),
+        "unit": pa.array([u for u, _ in rows], pa.int64()),
+        "key": pa.array([k for _, k in rows], pa.int64()),
+    })  # fmt: skip
+
+
+def check_l0_bound(kept: pa.Table, table: pa.Table, k: int, max_keys: int) -> None:
+    """At most K rows and L keys a unit, distinct input rows; a unit within both bounds keeps every row,
+    and any unit keeps at least min(K, L, its keys) rows (its L keys hold at least one row each)."""
+    rows = kept.column("row").to_pylist()
+    assert len(set(rows)) == len(rows) and set(rows) <= set(table.column("row").to_pylist())
+    before, after = _units_keys(table), _units_keys(kept)
+    assert set(after) == set(before)
+    for unit, (n, keys) in before.items():
+        kept_n, kept_keys = after[unit]
+        assert kept_n <= k and len(kept_keys) <= max_keys and kept_keys <= keys
+        assert kept_n >= min(k, max_keys, len(keys))
+        if n <= k and len(keys) <= max_keys:
+            assert kept_n == n
+
+
+def _units_keys(table: pa.Table) -> dict:
+    out: dict = {}
+    for unit, key in zip(table.column("unit").to_pylist(), table.column("key").to_pylist(), strict=True):
+        n, keys = out.get(unit, (0, set()))
+        out[unit] = (n + 1, keys | {key})
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=keyed_rows_strategy,
+    k=st.integers(1, 5),
+    max_keys=st.integers(1, 4),
+    shards=st.integers(1, 4),
+    batch_rows=st.integers(1, 30),
+    seed=st.integers(0, 2**32),
+)
+def test_no_unit_exceeds_k_rows_or_l_keys(rows, k, max_keys, shards, batch_rows, seed):
+    table = keyed_table(rows)
+    kept = bound(table.to_batches(max_chunksize=batch_rows), k, shards, seed, max_keys)
+    check_l0_bound(kept, table, k, max_keys)
+
+
+@settings(max_examples=4, deadline=None)
+@given(rows=keyed_rows_strategy, k=st.integers(1, 4), max_keys=st.integers(1, 3), batch_rows=st.integers(1, 30))
+def test_no_unit_exceeds_k_rows_or_l_keys_on_beam(rows, k, max_keys, batch_rows):
+    table = keyed_table(rows)
+
+    def check(batches):
+        check_l0_bound(pa.Table.from_batches(batches, table.schema), table, k, max_keys)
+
+    with beam.Pipeline() as pipeline:
+        kept = (
+            pipeline
+            | beam.Create(table.to_batches(max_chunksize=batch_rows))
+            | BoundContributions("unit", k, shards=3, key_column="key", max_keys=max_keys)
+        )
+        assert_that(kept, check)
+
+
+def one_pass_reference(table: pa.Table, k: int, max_keys: int) -> set:
+    """The rule, row by row: each unit's L keys of lowest key priority (distinct keys of a unit have distinct
+    priorities: the mixes are bijections), then its K lowest-priority rows among those keys' rows."""
+    columns = table.to_pydict()
+    by_unit: dict = {}
+    for unit, priority, key_priority, row in zip(
+        columns["unit"], columns[PRIORITY], columns[KEY_PRIORITY], columns["row"], strict=True
+    ):
+        by_unit.setdefault(unit, []).append((key_priority, priority, row))
+    kept = set()
+    for rows in by_unit.values():
+        chosen = set(sorted({key_priority for key_priority, _, _ in rows})[:max_keys])  # distinct keys: no ties
+        kept |= {row for _, row in sorted((p, row) for kp, p, row in rows if kp in chosen)[:k]}
+    return kept
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 80),
+    k=st.integers(1, 4),
+    max_keys=st.integers(1, 3),
+    pieces=st.integers(2, 8),
+    order_seed=st.integers(0, 2**32),
+)
+def test_partial_results_merge_in_any_order_to_one_pass(n, k, max_keys, pieces, order_seed):
+    """Priorities drawn once; then any split into batches and any tree of merges keep the same rows."""
+    rng = np.random.default_rng(order_seed)
+    rows = zip(rng.integers(0, 3, n).tolist(), rng.integers(0, 6, n).tolist(), strict=True)  # units of many keys
+    whole = with_key_priorities(with_priorities(keyed_table(list(rows)).to_batches()[0], 1), "unit", "key", key_salt(1))
+    combine = KeepLowestPerUnit("unit", k, "key", max_keys)
+    one_pass = combine.extract_output(combine.add_input(combine.create_accumulator(), whole))
+    assert set(one_pass.column("row").to_pylist()) == one_pass_reference(pa.Table.from_batches([whole]), k, max_keys)
+
+    shuffled = whole.take(pa.array(rng.permutation(whole.num_rows)))
+    cuts = np.sort(rng.integers(0, whole.num_rows + 1, pieces - 1))
+    batches = [shuffled.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, whole.num_rows], strict=True)]
+    accumulators = []
+    for batch in batches:  # some batches join an accumulator already holding others; most are compacted
+        if accumulators and rng.random() < 0.3:
+            accumulators[-1] = combine.add_input(accumulators[-1], batch)
+        else:
+            accumulators.append(combine.add_input(combine.create_accumulator(), batch))
+        if rng.random() < 0.7:
+            accumulators[-1] = combine.compact(accumulators[-1])
+    while len(accumulators) > 1:  # merge random groups, in random order, compacting some on the way
+        group = [accumulators.pop(i) for i in sorted(rng.choice(len(accumulators), 2, replace=False))[::-1]]
+        merged = combine.merge_accumulators(group)
+        accumulators.append(combine.compact(merged) if rng.random() < 0.5 else merged)
+    merged = combine.extract_output(accumulators[0])
+    assert sorted(merged.column("row").to_pylist()) == sorted(one_pass.column("row").to_pylist())
+
+
+def test_kept_keys_are_chosen_uniformly():
+    table = pa.table({"unit": [7] * 8, "key": [0, 1, 2, 3] * 2, "row": range(8)})
+    chosen = []
+    for seed in range(2000):
+        kept = bound(table.to_batches(), 8, 1, seed, max_keys=2)
+        assert kept.num_rows == 4  # every row of the two keys kept
+        chosen.append(tuple(sorted(set(kept.column("key").to_pylist()))))
+    assert_follows(chosen, {pair: 1 / 6 for pair in itertools.combinations(range(4), 2)})
+
+
+@settings(max_examples=30, deadline=None)
+@given(others=keyed_rows_strategy, seed=st.integers(0, 2**32), shards=st.integers(1, 4))
+def test_other_units_do_not_change_a_units_choice(others, seed, shards):
+    """Unit 9's keys depend on its rows and the salt alone; its rows too, when its batches are unchanged
+    (the seeded row priorities hash each batch's content)."""
+    alone = keyed_table([(9, key) for key in (0, 1, 2, 3, 4) for _ in range(3)])
+    batches = alone.to_batches(max_chunksize=4)
+    other_batches = keyed_table(others, first_row=100).to_batches(max_chunksize=7)
+
+    def unit_9(kept):
+        mine = np.asarray(kept.column("unit")) == 9
+        return sorted(kept.column("row").filter(pa.array(mine)).to_pylist()), set(
+            kept.column("key").filter(pa.array(mine)).to_pylist()
+        )
+
+    rows, keys = unit_9(bound(batches, 4, shards, seed, max_keys=2))
+    assert unit_9(bound(other_batches + batches, 4, shards, seed, max_keys=2)) == (rows, keys)
+    mixed = pa.concat_tables([keyed_table(others, first_row=100), alone]).to_batches(max_chunksize=5)
+    assert unit_9(bound(mixed, 4, shards, seed, max_keys=2))[1] == keys
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"key_column": "key"},
+        {"max_keys": 2},
+        {"key_column": "key", "max_keys": 0},
+        {"key_column": "key", "max_keys": -1},
+        {"key_column": "key", "max_keys": 1.5},
+        {"key_column": "key", "max_keys": True},
+        {"key_column": 3, "max_keys": 2},
+    ],
+)
+def test_bad_key_bounds_are_refused(arguments):
+    with pytest.raises(ValueError, match=r"key_column|max_keys"):
+        BoundContributions("unit", 3, **arguments)
