@@ -292,11 +292,19 @@ class BoundContributions(beam.PTransform):
             batches
             | "Shard" >> beam.FlatMap(split_by_shard, unit, shards)  # col: (shard, RecordBatch)
             | "KeepLowest" >> beam.CombinePerKey(combine)  # col: (shard, Table)
-            | "Batches" >> beam.FlatMapTuple(_as_batches)  # col: RecordBatch
+            | "Batches" >> beam.FlatMap(lambda kept: as_batches(*kept, unit))  # col: RecordBatch, a unit in one
         )
 
 
-def _as_batches(_shard: int, table: pa.Table | None):
-    if table is not None:
-        hidden = [c for c in (PRIORITY, KEY_PRIORITY) if c in table.column_names]
-        yield from table.drop_columns(hidden).to_batches(max_chunksize=readers.BATCH_ROWS)
+def as_batches(_shard: int, table: pa.Table | None, unit_column: str):
+    """The kept rows (grouped by unit, as keep_lowest leaves them) in batches of about BATCH_ROWS that
+    never split a unit: a count of distinct units per batch then adds up over batches."""
+    if table is None:
+        return
+    table = table.drop_columns([c for c in (PRIORITY, KEY_PRIORITY) if c in table.column_names]).combine_chunks()
+    codes = pc.dictionary_encode(canonical_identity(table.column(unit_column).combine_chunks())).indices
+    starts = np.flatnonzero(np.diff(codes.to_numpy(zero_copy_only=False))) + 1  # where a unit's rows begin
+    wanted = np.arange(readers.BATCH_ROWS, table.num_rows, readers.BATCH_ROWS)
+    cuts = np.unique(starts[np.minimum(np.searchsorted(starts, wanted), starts.size - 1)]) if starts.size else []
+    for begin, end in zip([0, *cuts], [*cuts, table.num_rows], strict=True):
+        yield from table.slice(begin, end - begin).to_batches()

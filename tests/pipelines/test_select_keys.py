@@ -48,6 +48,26 @@ def test_finds_the_true_top_keys_with_no_candidate_list(tmp_path, capsys, mechan
     assert "selected query 0, query 1, query 2: top-3 keys of query" in capsys.readouterr().out
 
 
+def test_each_unit_keeps_k_rows_over_l_keys_and_the_release_states_both(tmp_path):
+    table = queries(rows=30_000, users=1_000)
+    write(table, tmp_path / "data.parquet", "parquet")
+    release = run(tmp_path, "--epsilon", "2", "--delta", "1e-6", "--top-k", "3", "--privacy-unit", "user_id",
+                  "--max-rows-per-unit", "5", "--max-keys-per-unit", "3")  # fmt: skip
+    assert release["selected"] == true_top(table, 3)
+    assert (release["sensitivity"], release["max_keys_per_unit"], release["max_rows_per_unit"]) == (5, 3, 5)
+    assert release["accuracy"]["bottom_above_next_count"] == pytest.approx(5 + 5 * 3 / 2 * np.log(3 * 3 / 1e-6))
+
+
+def test_the_multi_process_runner_gives_the_same_release_under_a_test_seed(tmp_path):
+    write(queries(rows=20_000, users=500), tmp_path / "data.parquet", "parquet")
+    flags = ["--epsilon", "0.3", "--delta", "1e-3", "--top-k", "5", "--privacy-unit", "user_id",
+             "--max-rows-per-unit", "3", "--max-keys-per-unit", "2", "--mechanism", "keys-then-exponential",
+             "--seed", "3"]  # fmt: skip
+    one = run(tmp_path, *flags)
+    two = run(tmp_path, *flags, "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    assert one == two and one["private_randomness"] is False
+
+
 def test_fewer_than_k_when_few_keys_stand_out_and_the_release_says_so(tmp_path, capsys):
     write(queries(rows=300, users=300), tmp_path / "data.parquet", "parquet")
     release = run(tmp_path, "--epsilon", "0.5", "--delta", "1e-9", "--top-k", "10")

@@ -15,11 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sampling import assert_follows
 
+from beam_expmech.io import readers
 from beam_expmech.transforms.bounding import (
     KEY_PRIORITY,
     PRIORITY,
     BoundContributions,
     KeepLowestPerUnit,
+    as_batches,
+    keep_lowest,
     key_salt,
     split_by_shard,
     unit_hash,
@@ -291,3 +294,16 @@ def test_other_units_do_not_change_a_units_choice(others, seed, shards):
 def test_bad_key_bounds_are_refused(arguments):
     with pytest.raises(ValueError, match=r"key_column|max_keys"):
         BoundContributions("unit", 3, **arguments)
+
+
+def test_a_units_kept_rows_never_straddle_two_batches(monkeypatch):
+    """KeyCounts counts distinct units per batch and adds them up: a unit split over two batches would count twice."""
+    monkeypatch.setattr(readers, "BATCH_ROWS", 7)
+    rng = np.random.default_rng(0)
+    units = np.repeat(np.arange(40), rng.integers(1, 4, 40))
+    table = pa.table({"unit": units, "x": np.arange(units.size), PRIORITY: np.zeros(units.size, np.uint32)})
+    out = list(as_batches(0, keep_lowest(table, "unit", 3), "unit"))
+    seen = [set(batch.column("unit").to_pylist()) for batch in out]
+    assert sum(len(s) for s in seen) == len(set().union(*seen)) == 40  # each unit in exactly one batch
+    assert sum(batch.num_rows for batch in out) == units.size and max(b.num_rows for b in out) <= 7 + 2
+    assert len(out) > 5 and PRIORITY not in out[0].schema.names
