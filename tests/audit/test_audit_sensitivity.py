@@ -25,6 +25,7 @@ from beam_expmech import halfspaces
 from beam_expmech.mechanisms.quantile import quantile_scores
 from beam_expmech.predicates import CategoryCounts, HistogramCounts, MarginalCounts, MarginalWorkload
 from beam_expmech.transforms import BoundContributions, GatherCounts, PredicateCounts
+from beam_expmech.transforms.keys import KEY, ROWS, UNITS, KeyCounts
 
 ITEMS = 6
 DOMAIN = {"item": ITEMS, "f0": 2, "f1": 2, "y": 2}
@@ -113,3 +114,52 @@ def test_one_more_unit_moves_no_score_beyond_its_sensitivity(audit, units, extra
         if monotone:
             audit.check(subject, "monotone claimed: scores moving down", cases=moved.size,
                         worst=int((moved < 0).sum()), bound=0)  # fmt: skip
+
+
+def key_totals_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int, max_keys: int) -> dict:
+    """{dataset: {key: (rows, units)}} by the real transforms select runs without a candidate list."""
+    key = uuid.uuid4().hex
+    with beam.Pipeline() as pipeline:
+        for name, batches in datasets.items():
+            _ = (
+                pipeline
+                | f"Create {name}" >> beam.Create(batches)
+                | f"Bound {name}"
+                >> BoundContributions("user", max_rows, shards=3, key_column="query", max_keys=max_keys, seed=5)
+                | f"Count {name}" >> KeyCounts("query", unit_column="user", shards=2)
+                | f"Rows {name}"
+                >> beam.FlatMapTuple(lambda _, t: zip(*(t[c].to_pylist() for c in (KEY, ROWS, UNITS)), strict=True))
+                | f"All {name}" >> beam.combiners.ToList()
+                | f"Keep {name}" >> beam.Map(lambda found, n=name: _keep({q: (r, u) for q, r, u in found}, key, n))
+            )
+    return RESULTS.pop(key)
+
+
+@settings(max_examples=200 if LONG else 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    units=st.lists(st.integers(1, 8), min_size=1, max_size=25),
+    extra_rows=st.integers(1, 40),
+    max_rows=st.integers(1, 4),
+    max_keys=st.integers(1, 3),
+    pieces=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_one_more_unit_moves_at_most_l_keys_by_at_most_k_rows_and_one_unit(
+    audit, units, extra_rows, max_rows, max_keys, pieces, seed
+):
+    rng = np.random.default_rng(seed)
+
+    def with_queries(part: dict) -> dict:
+        return {**part, "query": np.array([f"q{i}" for i in part["item"]])}
+
+    base = as_batches([with_queries(rows_of(u, rows, rng)) for u, rows in enumerate(units)], pieces, rng)
+    extra = as_batches([with_queries(rows_of(len(units), extra_rows, rng))], pieces, rng)
+    totals = key_totals_on_beam({"without": base, "with": base + extra}, max_rows, max_keys)
+    before, after = totals["without"], totals["with"]
+    moves = [np.subtract(after[q], before.get(q, (0, 0))) for q in after]
+    moved = [m for m in moves if m.any()]
+    subject = "Beam: select keys: KeyCounts"
+    audit.check(subject, "keys moved by one unit <= L", cases=len(moves), worst=len(moved), bound=max_keys)
+    audit.check(subject, "|rows move| <= K, |units move| <= 1", cases=len(moves),
+                worst=max([max(m[0] / max_rows, m[1]) for m in moved], default=0), bound=1)  # fmt: skip
+    assert set(before) <= set(after) and all((m >= 0).all() for m in moves)  # monotone: adding only adds
