@@ -135,7 +135,7 @@ def command_line_step(mechanism: str, k: int, max_rows: int, max_keys: int, seed
     return select.key_selection(args)
 
 
-def shards_of(rows, units, shards: int = 2) -> list[tuple[int, pa.Table]]:
+def shards_of(rows, units, shards: int) -> list[tuple[int, pa.Table]]:
     """Per-key totals of keys "k0", "k1", ... (absent when no unit holds it), spread over ``shards``."""
     present = [i for i in range(len(rows)) if units[i] > 0]
     return [(s, pa.table({KEY: [f"k{i}" for i in present if i % shards == s],
@@ -144,16 +144,16 @@ def shards_of(rows, units, shards: int = 2) -> list[tuple[int, pa.Table]]:
             for s in range(shards)]  # fmt: skip
 
 
-SHIPPED = [("limited-domain", 2, 2, 2), ("limited-domain", 3, 1, 1), ("keys-then-exponential", 2, 2, 2),
-           ("keys-then-exponential", 1, 1, 1)]  # fmt: skip
+SHIPPED = [("limited-domain", 2, 2, 2, 1), ("limited-domain", 3, 1, 1, 2), ("keys-then-exponential", 2, 2, 2, 2),
+           ("keys-then-exponential", 1, 1, 1, 1)]  # fmt: skip
 
 
-@pytest.mark.parametrize("mechanism,k,max_rows,max_keys", SHIPPED)
-def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism, k, max_rows, max_keys):
+@pytest.mark.parametrize("mechanism,k,max_rows,max_keys,shards", SHIPPED)
+def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism, k, max_rows, max_keys, shards):
     rows, units = [40, 30, 26, 3], [20, 15, 13, 2]  # no ties: the definition's tie rule does not matter
     draws = []
     for seed in range(2_000):
-        chosen = command_line_step(mechanism, k, max_rows, max_keys, seed).release(shards_of(rows, units))
+        chosen = command_line_step(mechanism, k, max_rows, max_keys, seed).release(shards_of(rows, units, shards))
         draws.append(tuple(int(key[1:]) for key in chosen))
     if mechanism == "limited-domain":
         pmf = limited_domain_pmf(rows, k, k, EPSILON, DELTA, max_rows, max_keys)
