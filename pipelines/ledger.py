@@ -34,16 +34,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     dataset = ledger.dataset(args.dataset_id)
     budget = budget_of(dataset)
-    print(f"{'time':<25} {'pipeline':<11} {'epsilon':>8} {'rho':>9} {'status':<9} output")
+    print(f"{'time':<25} {'pipeline':<11} {'epsilon':>8} {'rho':>9} {'delta':>9} {'status':<9} output")
     for record in dataset["releases"]:
-        epsilon = "-" if record["epsilon"] is None else f"{record['epsilon']:g}"
-        print(
-            f"{record['time']:<25} {record['pipeline']:<11} {epsilon:>8} {record['rho']:>9.3g} "
-            f"{record['status']:<9} {record['output']}"
-        )
+        epsilon, rho, delta = ("-" if record.get(field) is None else format(record[field], ".3g")
+                               for field in ("epsilon", "rho", "delta"))  # fmt: skip
+        print(f"{record['time']:<25} {record['pipeline']:<11} {epsilon:>8} {rho:>9} {delta:>9} "
+              f"{record['status']:<9} {record['output']}")  # fmt: skip
     print(
         f"dataset {args.dataset_id!r}: epsilon={budget.epsilon:g} delta={budget.delta:g}, "
-        f"spent {budget.spent():g}, remaining {budget.remaining():g}"
+        f"spent {budget.spent():g}, remaining {budget.remaining():g} (and {budget.remaining_delta():g} of delta)"
     )
     return 0
 

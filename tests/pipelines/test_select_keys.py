@@ -13,6 +13,7 @@ from commands import assert_usage_error
 
 from beam_expmech.ledger import Ledger, OverspendError, budget_of
 from beam_expmech.manifest import FIXED_FIELDS
+from pipelines import ledger as ledger_cli
 from pipelines import select
 
 RELEASE_KEYS = {"selected", *FIXED_FIELDS, "sensitivity", "max_keys_per_unit", "top_k", "candidates"}
@@ -94,6 +95,10 @@ def test_a_ledger_of_2_and_1e_6_takes_key_releases_by_the_rule(tmp_path, capsys)
     run(tmp_path, "--epsilon", "1", "--candidates", str(_candidates(tmp_path)), *charged)  # 0.5 + 0.5 + 1 = 2
     assert budget_of(ledger.dataset("search")).spent() == 2.0
     assert [r["status"] for r in ledger.dataset("search")["releases"]] == ["done"] * 3
+    capsys.readouterr()
+    assert ledger_cli.main(["show", "--budget-ledger", ledger.path, "--dataset-id", "search"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count(" 4e-07 ") == 2 and "remaining 0 (and 2e-07 of delta)" in shown
 
 
 def _candidates(tmp_path):
