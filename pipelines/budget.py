@@ -77,6 +77,7 @@ def dry_run(args: argparse.Namespace, release: Release, files: Sequence[str], pl
         budget = budget_of(Ledger(args.budget_ledger).dataset(args.dataset_id))
         lines.append(
             f"  ledger: dataset {args.dataset_id!r} has {budget.remaining():g} of epsilon={budget.epsilon:g} left"
+            + (f" and {budget.remaining_delta():g} of delta={budget.delta:g}" if budget.delta else "")
         )
     print("\n".join(lines))
     return True

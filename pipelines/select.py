@@ -19,6 +19,7 @@ monotone). Only the selection and public parameters are released, in OUT.json; r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import apache_beam as beam
@@ -126,6 +127,8 @@ def check_flags(args: argparse.Namespace) -> None:
     parameters.probability(args.delta, "--delta")
     if args.max_keys_per_unit is not None and args.privacy_unit is None:
         raise ValueError("--max-keys-per-unit goes with --privacy-unit (without it each row is a unit of one key)")
+    if args.max_keys_per_unit is not None and args.max_keys_per_unit < 1:
+        raise ValueError(f"--max-keys-per-unit must be >= 1, got {args.max_keys_per_unit}")
 
 
 def key_selection(args: argparse.Namespace) -> PrivateTopKeys:
@@ -139,7 +142,7 @@ def key_selection(args: argparse.Namespace) -> PrivateTopKeys:
         delta=args.delta,
         k=args.top_k,
         max_rows=max_rows,
-        max_keys=args.max_keys_per_unit or max_rows,
+        max_keys=min(max_rows, args.max_keys_per_unit or max_rows),  # K rows touch at most K keys
         mechanism=args.mechanism,
         label=f"top-{args.top_k} keys of {args.column}",
         seed=args.seed,
@@ -172,8 +175,9 @@ def select_keys(args: argparse.Namespace, beam_args: list[str]) -> int:
         )
     found = released["selected"]
     fewer = "" if len(found) == step.k else f" ({len(found)} of {step.k}: the others did not clear the threshold)"
+    shown = ", ".join(json.dumps(key, ensure_ascii=False) for key in found)  # quoted: a key may hold any character
     print(
-        f"selected {', '.join(found) or 'no key'}{fewer}: top-{step.k} keys of {args.column} found in the data by "
+        f"selected {shown or 'no key'}{fewer}: top-{step.k} keys of {args.column} found in the data by "
         f"{step.mechanism}, epsilon={args.epsilon:g}, delta={step.delta:g}; release {args.output}"
     )
     return 0

@@ -51,17 +51,20 @@ def limited_domain_top_k(
     next_count: int,
     k: int,
     *,
+    kbar: int,
     epsilon: float,
     delta: float,
     max_rows: int,
     max_keys: int,
     rng: RandomLike = None,
 ) -> list[int]:
-    """Indices into ``top_counts`` (the kbar largest counts, kbar >= 1), best first: at most k.
+    """Indices into ``top_counts`` (the kbar largest counts; fewer when fewer keys hold rows), best first:
+    at most k.
 
-    ``next_count`` is the (kbar + 1)-th largest count (0 if there are only kbar keys). Privacy:
-    (epsilon, delta)-DP when each unit keeps at most ``max_rows`` rows over at most ``max_keys``
-    keys (module docstring).
+    ``next_count`` is the (kbar + 1)-th largest count (0 if there is none). ``kbar`` is the public
+    parameter, never the number of keys found: bottom's margin must not move with the data (one
+    unit bringing new keys would otherwise move it). Privacy: (epsilon, delta)-DP when each unit
+    keeps at most ``max_rows`` rows over at most ``max_keys`` keys (module docstring).
     """
     counts = parameters.scores_array(top_counts)
     if counts.dtype.kind not in "iuO" or (counts < 0).any() or isinstance(next_count, bool) or next_count < 0:
@@ -69,15 +72,18 @@ def limited_domain_top_k(
     if (counts < next_count).any():
         raise ValueError("next_count must be at most every one of top_counts (the kbar largest)")
     k = parameters.count(k, "k")
+    kbar = parameters.count(kbar, "kbar")
+    if counts.size > kbar:
+        raise ValueError(f"top_counts holds {counts.size} counts, more than kbar ({kbar})")
     delta = parameters.probability(delta, "delta")
     max_rows = parameters.count(max_rows, "max_rows")
     max_keys = parameters.count(max_keys, "max_keys")
-    kbar = counts.size
     scores = np.append(counts.astype(np.int64), int(next_count) + max_rows)  # bottom last
-    log_measure = np.zeros(kbar + 1)
+    log_measure = np.zeros(counts.size + 1)
     log_measure[-1] = bottom_log_measure(k=k, kbar=kbar, delta=delta, max_keys=max_keys)
     weights = log_weights(
         scores, epsilon=epsilon, sensitivity=max_rows, monotonic=True, log_measure=log_measure, rounds=k
     )
-    drawn = noisy_top_k(weights, min(k, kbar + 1), Noise.GUMBEL, random_source(rng))
-    return drawn[: drawn.index(kbar)] if kbar in drawn else drawn
+    bottom = counts.size
+    drawn = noisy_top_k(weights, min(k, bottom + 1), Noise.GUMBEL, random_source(rng))
+    return drawn[: drawn.index(bottom)] if bottom in drawn else drawn

@@ -45,6 +45,10 @@ class PartitionSelection:
         self.epsilon = parameters.positive_finite(epsilon, "epsilon")
         self.delta = parameters.probability(delta, "delta")
         self.max_keys = parameters.count(max_keys, "max_keys")
+        if self.delta / self.max_keys < 2.0**-BITS:  # p(1) = delta / L would round down to 0, and stay there
+            raise ValueError(
+                f"delta / max_keys must be at least 2^-{BITS} (5.4e-20), got {self.delta / self.max_keys:g}"
+            )
         self.numerators = _envelope(Fraction(self.epsilon) / self.max_keys, Fraction(self.delta) / self.max_keys)
 
     @property
@@ -90,4 +94,7 @@ def _envelope(epsilon: Fraction, delta: Fraction) -> np.ndarray:
         numerator = p.numerator * one // p.denominator  # rounded down to BITS bits
         numerators.append(numerator)
         p = Fraction(numerator, one)
-    raise ValueError(f"partition selection at epsilon={epsilon}, delta={delta} needs over {_MAX_STEPS:,} units")
+    raise ValueError(
+        f"partition selection at epsilon={float(epsilon):g}, delta={float(delta):g} per key needs over {_MAX_STEPS:,} "
+        "units to release a key for sure: use a larger epsilon or delta"
+    )

@@ -153,8 +153,10 @@ class PrivateTopKeys(beam.PTransform):
         self.mechanism = mechanism
         self.keys_share = parameters.probability(keys_share, "keys_share")
         self.label, self.seed = label, parameters.test_seed(seed)
-        self.keys = PrivateKeys(epsilon=self.epsilon * self.keys_share, delta=self.delta, max_keys=self.max_keys,
-                                seed=self.seed)  # fmt: skip
+        self.keys = None  # partition selection, built only where it runs (its table costs a delta-long loop)
+        if mechanism == "keys-then-exponential":
+            self.keys = PrivateKeys(epsilon=self.epsilon * self.keys_share, delta=self.delta, max_keys=self.max_keys,
+                                    seed=self.seed)  # fmt: skip
 
     @property
     def cost(self) -> Release:
@@ -191,8 +193,8 @@ class PrivateTopKeys(beam.PTransform):
             return [candidates[i][1] for i in chosen]
         top, rest = candidates[: self.kbar], candidates[self.kbar : self.kbar + 1]
         chosen = limited_domain_top_k(
-            [rows for rows, _ in top], rest[0][0] if rest else 0, self.k, epsilon=self.epsilon, delta=self.delta,
-            max_rows=self.max_rows, max_keys=self.max_keys, rng=_source(self.seed, 0),
+            [rows for rows, _ in top], rest[0][0] if rest else 0, self.k, kbar=self.kbar, epsilon=self.epsilon,
+            delta=self.delta, max_rows=self.max_rows, max_keys=self.max_keys, rng=_source(self.seed, 0),
         )  # fmt: skip
         return [top[i][1] for i in chosen]
 

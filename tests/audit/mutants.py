@@ -310,6 +310,13 @@ MUTANTS = [
         "rest = self.epsilon",
         (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
     ),
+    Mutant(
+        "limited domain: bottom sized by the keys found, not the public kbar (review 4, finding 1)",
+        "beam_expmech/mechanisms/limited_domain.py",
+        "log_measure[-1] = bottom_log_measure(k=k, kbar=kbar,",
+        "log_measure[-1] = bottom_log_measure(k=k, kbar=counts.size,",
+        (f"{KEYS}::test_limited_domain_sampler_follows_its_definition",),
+    ),
 ]
 
 

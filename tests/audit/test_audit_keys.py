@@ -64,14 +64,14 @@ def test_limited_domain_is_epsilon_delta_dp(audit, k, kbar, max_rows, max_keys):
 
 
 @pytest.mark.parametrize("k,kbar,max_rows,max_keys", LIMITED_DOMAIN)
-@pytest.mark.parametrize("counts", [(9, 9, 8, 0), (3, 1, 1, 1), (30, 2, 2, 1)])
+@pytest.mark.parametrize("counts", [(9, 9, 8, 0), (3, 1, 1, 1), (30, 2, 2, 1), (6, 2, 0, 0), (5, 0, 0, 0)])
 def test_limited_domain_sampler_follows_its_definition(audit, counts, k, kbar, max_rows, max_keys):
     present = sorted((key for key, c in enumerate(counts) if c > 0), key=lambda key: (-counts[key], key))
     top, rest = present[:kbar], present[kbar:]
     source = random_source(np.random.default_rng([k, kbar, max_rows, max_keys, *counts]))
     draws = []
     for _ in range(3_000):
-        drawn = limited_domain_top_k([counts[key] for key in top], counts[rest[0]] if rest else 0, k,
+        drawn = limited_domain_top_k([counts[key] for key in top], counts[rest[0]] if rest else 0, k, kbar=kbar,
                                      epsilon=EPSILON, delta=DELTA, max_rows=max_rows, max_keys=max_keys,
                                      rng=source)  # fmt: skip
         draws.append(tuple(top[i] for i in drawn))

@@ -46,11 +46,11 @@ def test_finds_the_true_top_keys_with_no_candidate_list(tmp_path, capsys, mechan
     assert release["selected"] == true_top(table, 3)  # hundreds of rows apart: found at epsilon 2
     assert set(release) == RELEASE_KEYS and release["candidates"] == "keys found in the data"
     assert (release["delta"], release["rho"], release["mechanism"]) == (1e-6, None, mechanism)
-    assert "selected query 0, query 1, query 2: top-3 keys of query" in capsys.readouterr().out
+    assert 'selected "query 0", "query 1", "query 2": top-3 keys of query' in capsys.readouterr().out
 
 
 def test_each_unit_keeps_k_rows_over_l_keys_and_the_release_states_both(tmp_path):
-    table = queries(rows=30_000, users=1_000)
+    table = queries(rows=40_000, users=10_000)  # about 4 rows a user: the bounds keep most rows
     write(table, tmp_path / "data.parquet", "parquet")
     release = run(tmp_path, "--epsilon", "2", "--delta", "1e-6", "--top-k", "3", "--privacy-unit", "user_id",
                   "--max-rows-per-unit", "5", "--max-keys-per-unit", "3")  # fmt: skip
@@ -115,6 +115,11 @@ def _candidates(tmp_path):
         ({"--delta": "1"}, "--delta must be a number strictly between 0 and 1"),
         ({"--delta": "1e-6", "--mechanism": "permute-and-flip"}, "needs --candidates or --candidate-range"),
         ({"--delta": "1e-6", "--max-keys-per-unit": "2"}, "--max-keys-per-unit goes with --privacy-unit"),
+        (
+            {"--delta": "1e-6", "--privacy-unit": "user_id", "--max-rows-per-unit": "2", "--max-keys-per-unit": "0"},
+            "--max-keys-per-unit must be >= 1",
+        ),
+        ({"--delta": "1e-20", "--mechanism": "keys-then-exponential"}, "delta / max_keys must be at least 2^-64"),
         ({"--delta": "1e-6", "--candidate-range": "0:5"}, "are for keys found in the data"),
         ({"--candidate-range": "0:5", "--mechanism": "limited-domain"}, "is for keys found in the data"),
     ],
