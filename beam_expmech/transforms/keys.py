@@ -109,17 +109,17 @@ def largest(table: pa.Table, n: int) -> list[tuple[int, str]]:
     return list(zip(top.column(ROWS).to_pylist(), top.column(KEY).to_pylist(), strict=True))
 
 
-MECHANISMS = ("limited-domain", "keys-then-exponential")
+MECHANISMS = ("keys-then-exponential", "limited-domain")  # the first is the default: it finds more (bench_keys)
 
 
 class PrivateTopKeys(beam.PTransform):
     """Up to ``k`` keys with the most rows, best first; fewer when few keys stand out. Two mechanisms:
 
+    keys-then-exponential   (default) partition selection releases keys with ``keys_share`` of epsilon
+                            (and all of delta), then the exponential mechanism picks min(k, released) of
+                            them, best first, with the rest of epsilon (epsilon-DP, monotone, sensitivity K)
     limited-domain          the kbar (default k) largest counts and a bottom, peeled exactly
                             (mechanisms/limited_domain.py)
-    keys-then-exponential   partition selection releases keys with ``keys_share`` of epsilon (and all of
-                            delta), then the exponential mechanism picks min(k, released) of them, best
-                            first, with the rest of epsilon (epsilon-DP, monotone, sensitivity K)
 
     Privacy: (``epsilon``, ``delta``)-DP either way, when each privacy unit keeps at most ``max_rows``
     rows over at most ``max_keys`` keys (BoundContributions with both bounds). ``seed``: tests only.
@@ -133,7 +133,7 @@ class PrivateTopKeys(beam.PTransform):
         k: int,
         max_rows: int,
         max_keys: int,
-        mechanism: str = "limited-domain",
+        mechanism: str = MECHANISMS[0],
         kbar: int | None = None,
         keys_share: float = 0.5,
         label: str = "top keys",

@@ -53,7 +53,7 @@ def test_each_unit_keeps_k_rows_over_l_keys_and_the_release_states_both(tmp_path
     table = queries(rows=40_000, users=10_000)  # about 4 rows a user: the bounds keep most rows
     write(table, tmp_path / "data.parquet", "parquet")
     release = run(tmp_path, "--epsilon", "2", "--delta", "1e-6", "--top-k", "3", "--privacy-unit", "user_id",
-                  "--max-rows-per-unit", "5", "--max-keys-per-unit", "3")  # fmt: skip
+                  "--max-rows-per-unit", "5", "--max-keys-per-unit", "3", "--mechanism", "limited-domain")  # fmt: skip
     assert release["selected"] == true_top(table, 3)
     assert (release["sensitivity"], release["max_keys_per_unit"], release["max_rows_per_unit"]) == (5, 3, 5)
     assert release["accuracy"]["bottom_above_next_count"] == pytest.approx(5 + 5 * 3 / 2 * np.log(3 * 3 / 1e-6))
@@ -71,7 +71,7 @@ def test_the_multi_process_runner_gives_the_same_release_under_a_test_seed(tmp_p
 
 def test_fewer_than_k_when_few_keys_stand_out_and_the_release_says_so(tmp_path, capsys):
     write(queries(rows=300, users=300), tmp_path / "data.parquet", "parquet")
-    release = run(tmp_path, "--epsilon", "0.5", "--delta", "1e-9", "--top-k", "10")
+    release = run(tmp_path, "--epsilon", "0.5", "--delta", "1e-9", "--top-k", "10", "--mechanism", "limited-domain")
     assert len(release["selected"]) < 10 and release["top_k"] == 10
     bottom = release["accuracy"]["bottom_above_next_count"]
     assert bottom == pytest.approx(1 + 10 / 0.5 * np.log(10 / 1e-9))  # public: K + (K k / eps) ln(min(L, k) k / delta)
