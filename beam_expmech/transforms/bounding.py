@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.validation import canonical_identity
 from beam_expmech.mechanisms.randomness import random_source
@@ -275,8 +276,7 @@ class BoundContributions(beam.PTransform):
         if key_column is not None:
             if not isinstance(key_column, str):
                 raise ValueError(f"key_column must be a column name (str), got {key_column!r}")
-            if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
-                raise ValueError(f"max_keys must be an integer >= 1, got {max_keys!r}")
+            parameters.count(max_keys, "max_keys")
         self.unit_column, self.max_rows, self.shards, self.seed = unit_column, max_rows, shards, seed
         self.key_column, self.max_keys = key_column, max_keys
         # Drawn once, here, so every worker ranks a unit's keys alike.

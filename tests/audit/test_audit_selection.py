@@ -64,7 +64,9 @@ def test_claiming_monotone_for_a_non_monotone_score_would_break_the_guarantee(sm
         p = selection_probabilities(scores, epsilon=1, sensitivity=1, monotonic=True)
         for other in score_neighbours(scores, 1.0):
             loss.add(p, selection_probabilities(other, epsilon=1, sensitivity=1, monotonic=True))
-    assert loss.epsilon > 1.5
+            if loss.epsilon > 1.5:
+                return  # one pair past the guarantee is the point; the rest of the grid adds nothing
+    raise AssertionError(f"no neighbouring pair broke epsilon = 1 (worst {loss.epsilon:.3g})")
 
 
 @pytest.mark.parametrize(
