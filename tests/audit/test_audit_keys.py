@@ -144,15 +144,17 @@ def shards_of(rows, units, shards: int) -> list[tuple[int, pa.Table]]:
             for s in range(shards)]  # fmt: skip
 
 
-SHIPPED = [("limited-domain", 2, 2, 2, 1), ("limited-domain", 3, 1, 1, 2), ("keys-then-exponential", 2, 2, 2, 2),
-           ("keys-then-exponential", 1, 1, 1, 1)]  # fmt: skip
+CLEAR = ([40, 30, 26, 3], [20, 15, 13, 2])  # (rows, units) per key; no ties: the definitions' tie rules do not matter
+FEW_UNITS = ([9, 8, 6, 3], [4, 4, 3, 2])  # whether partition selection keeps a key is a coin
+CLOSE_ROWS = ([12, 10, 8, 3], [40, 40, 40, 40])  # every key kept: the exponential mechanism's epsilon shows
+SHIPPED = [("limited-domain", 2, 2, 2, 1, CLEAR), ("limited-domain", 3, 1, 1, 2, CLEAR),
+           ("keys-then-exponential", 2, 2, 2, 2, FEW_UNITS), ("keys-then-exponential", 1, 1, 1, 1, FEW_UNITS),
+           ("keys-then-exponential", 2, 1, 1, 2, CLOSE_ROWS)]  # fmt: skip
 
 
-@pytest.mark.parametrize("mechanism,k,max_rows,max_keys,shards", SHIPPED)
-def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism, k, max_rows, max_keys, shards):
-    rows, units = [40, 30, 26, 3], [20, 15, 13, 2]  # no ties: the definition's tie rule does not matter
-    if mechanism == "keys-then-exponential":
-        rows, units = [9, 8, 6, 3], [4, 4, 3, 2]  # few units: whether partition selection keeps a key is a coin
+@pytest.mark.parametrize("mechanism,k,max_rows,max_keys,shards,data", SHIPPED)
+def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism, k, max_rows, max_keys, shards, data):
+    rows, units = data
     draws = []
     for seed in range(2_000):
         chosen = command_line_step(mechanism, k, max_rows, max_keys, seed).release(shards_of(rows, units, shards))
