@@ -84,3 +84,13 @@ def random_source(rng: RandomLike = None) -> RandomSource:
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         return RandomSource(np.random.default_rng(int(rng)))  # test-only: a seeded draw is not private
     raise ValueError(f"rng must be None (OS randomness), an int seed or a numpy Generator, got {rng!r}")
+
+
+def stream_source(seed: int | None, stream: int) -> RandomSource:
+    """The OS CSPRNG when ``seed`` is None; for tests, an independent repeatable stream of ``seed``.
+
+    Steps that draw in several places (a shard each, a salt) name each place by its ``stream``.
+    """
+    if seed is None:
+        return RandomSource()
+    return RandomSource(np.random.default_rng([seed, stream]))  # test-only: a seeded draw is not private

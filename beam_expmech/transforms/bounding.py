@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.validation import canonical_identity
-from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.mechanisms.randomness import stream_source
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV prime: the polynomial base for text units
@@ -91,18 +91,13 @@ def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.Record
     Seeded priorities depend on the batch's content, not on when it arrives, so tests see the
     same rows kept on every runner.
     """
-    if seed is None:
-        source = random_source(None)
-    else:
-        fingerprint = int(unit_hash(batch.column(0)).sum(dtype=np.uint64)) ^ batch.num_rows
-        source = random_source(np.random.default_rng([seed, fingerprint]))  # test-only: seeded
-    return batch.append_column(PRIORITY, pa.array(source.uint32(batch.num_rows)))
+    fingerprint = 0 if seed is None else int(unit_hash(batch.column(0)).sum(dtype=np.uint64)) ^ batch.num_rows
+    return batch.append_column(PRIORITY, pa.array(stream_source(seed, fingerprint).uint32(batch.num_rows)))
 
 
 def key_salt(seed: int | None = None) -> int:
     """The run's 64-bit salt for key priorities: OS randomness, or (tests only) derived from ``seed``."""
-    source = random_source(None if seed is None else np.random.default_rng([seed, 0x4B4559]))
-    return source.bits(64)
+    return stream_source(seed, 0x4B4559).bits(64)
 
 
 def key_priorities(units: pa.Array, keys: pa.Array, salt: int) -> np.ndarray:

@@ -23,7 +23,7 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.exponential import top_k
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k, margin
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
-from beam_expmech.mechanisms.randomness import RandomSource, random_source
+from beam_expmech.mechanisms.randomness import stream_source
 from beam_expmech.transforms.bounding import unit_hash
 
 KEY, ROWS, UNITS = "key", "rows", "units"
@@ -94,12 +94,6 @@ class KeyCounts(beam.PTransform):
             | "PerBatch" >> beam.FlatMap(batch_key_counts, self.key_column, self.unit_column, self.shards)
             | "PerKey" >> beam.CombinePerKey(SumKeyCounts())  # col: (key shard, Table of complete totals)
         )
-
-
-def _source(seed: int | None, stream: int) -> RandomSource:
-    if seed is None:
-        return random_source(None)
-    return random_source(np.random.default_rng([seed, stream]))  # test-only: not private
 
 
 def largest(table: pa.Table, n: int) -> list[tuple[int, str]]:
@@ -189,12 +183,12 @@ class PrivateTopKeys(beam.PTransform):
             k = min(self.k, len(candidates))
             rest = self.epsilon * (1 - self.keys_share)
             chosen = top_k([rows for rows, _ in candidates], k, epsilon=rest, sensitivity=self.max_rows,
-                           monotonic=True, rng=_source(self.seed, 0))  # fmt: skip
+                           monotonic=True, rng=stream_source(self.seed, 0))  # fmt: skip
             return [candidates[i][1] for i in chosen]
         top, rest = candidates[: self.kbar], candidates[self.kbar : self.kbar + 1]
         chosen = limited_domain_top_k(
             [rows for rows, _ in top], rest[0][0] if rest else 0, self.k, kbar=self.kbar, epsilon=self.epsilon,
-            delta=self.delta, max_rows=self.max_rows, max_keys=self.max_keys, rng=_source(self.seed, 0),
+            delta=self.delta, max_rows=self.max_rows, max_keys=self.max_keys, rng=stream_source(self.seed, 0),
         )  # fmt: skip
         return [top[i][1] for i in chosen]
 
@@ -236,7 +230,7 @@ class PrivateKeys(beam.PTransform):
     def keep(self, shard: int, table: pa.Table) -> tuple[int, pa.Table]:
         """One independent draw per key (in key order, so a test seed gives the same draw on any runner)."""
         table = table.sort_by(KEY)
-        kept = self.rule.keep(table.column(UNITS).to_numpy(), _source(self.seed, shard + 1))
+        kept = self.rule.keep(table.column(UNITS).to_numpy(), stream_source(self.seed, shard + 1))
         return shard, table.filter(pa.array(kept))
 
     def expand(self, counts):

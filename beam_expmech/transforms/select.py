@@ -20,7 +20,7 @@ from beam_expmech import parameters
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.exact import Noise, PartialKey, decide, noisy_top_k_keys
 from beam_expmech.mechanisms.exponential import log_weights
-from beam_expmech.mechanisms.randomness import RandomSource, random_source
+from beam_expmech.mechanisms.randomness import stream_source
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 
 MECHANISMS = {"exponential": Noise.GUMBEL, "permute-and-flip": Noise.EXPONENTIAL}
@@ -70,24 +70,19 @@ class PrivateSelect(beam.PTransform):
         release = Release.exponential_mechanism if self.noise is Noise.GUMBEL else Release.pure
         return release(self.epsilon, self.label)
 
-    def _source(self, stream: int) -> RandomSource:
-        if self.seed is None:
-            return random_source(None)
-        return random_source(np.random.default_rng([self.seed, stream]))  # test-only: not private
-
     def _shard_keys(self, shard: int, counts: np.ndarray) -> list[PartialKey]:
         """This shard's top k (at most its size), with global indices and the noise's state."""
         weights = log_weights(
             counts, epsilon=self.epsilon, sensitivity=self.sensitivity, monotonic=self.monotonic, rounds=self.k
         )
-        keys = noisy_top_k_keys(weights, min(self.k, counts.size), self.noise, self._source(shard + 1))
+        keys = noisy_top_k_keys(weights, min(self.k, counts.size), self.noise, stream_source(self.seed, shard + 1))
         for key in keys:
             key.index += shard * self.shard_size
         return keys
 
     def _merge(self, keys: list[PartialKey]) -> list[int]:
         keys = sorted(keys, key=lambda key: key.index)  # refinement order must not depend on arrival order
-        return [key.index for key in decide(keys, self.k, self.noise, self._source(0))]
+        return [key.index for key in decide(keys, self.k, self.noise, stream_source(self.seed, 0))]
 
     def select(self, shards: Iterable[tuple[int, np.ndarray]]) -> list[int]:
         """The same draw in one process, from (candidate shard, counts) pairs (audits, small jobs)."""

@@ -29,6 +29,7 @@ from privacy_loss import DRAWS, PrivacyLoss, log_ratio_lower_bound, record_sampl
 from sampling import assert_follows, peeling_pmf
 
 from beam_expmech.mechanisms import exponential_mechanism, permute_and_flip_probabilities
+from beam_expmech.mechanisms.randomness import stream_source
 from pipelines import job, select
 from pipelines.flags import unit_specs
 
@@ -173,7 +174,7 @@ def test_unseeded_selection_draws_fresh_os_randomness():
     step = select.selection(args, family)
     shards = [(0, np.zeros(3, np.int64)), (1, np.zeros(3, np.int64)), (2, np.zeros(1, np.int64))]
     assert len({tuple(step.select(shards)) for _ in range(20)}) > 1  # 20 equal draws: p < 1e-35
-    assert step._source(0).private and step._source(1).private
+    assert step.seed is None and stream_source(step.seed, 0).private and stream_source(step.seed, 1).private
 
 
 def test_scores_beyond_float_precision_are_sampled_exactly(audit):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from beam_expmech.mechanisms import RandomSource, random_source
+from beam_expmech.mechanisms.randomness import stream_source
 
 
 def test_default_is_the_os_csprng_and_private():
@@ -49,3 +50,9 @@ def test_a_copied_source_never_replays_its_pool():
     copies = [pickle.loads(pickle.dumps(source)) for _ in range(2)]
     draws = {c.bits(128) for c in copies} | {source.bits(128)}
     assert len(draws) == 3
+
+
+def test_a_stream_source_is_the_os_unless_a_test_seeds_it_and_each_stream_is_its_own():
+    assert stream_source(None, 3).private
+    first, again, other = (stream_source(7, s).uint32(4).tolist() for s in (1, 1, 2))
+    assert first == again and first != other and not stream_source(7, 1).private
