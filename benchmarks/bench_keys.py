@@ -117,7 +117,8 @@ def ours(table: pa.Table, mechanism: str) -> list[str]:
     kept = bounding.keep_lowest_keys(pa.Table.from_batches([batch]), "user_id", "query", MAX_KEYS, MAX_ROWS)
     kept = bounding.keep_lowest(kept, "user_id", MAX_ROWS)
     kept = kept.drop_columns([bounding.PRIORITY, bounding.KEY_PRIORITY])
-    shards = list(keys.batch_key_counts(kept.combine_chunks().to_batches()[0], "query", "user_id", shards=1))
+    counted = keys.batch_key_counts(kept.combine_chunks().to_batches()[0], "query", "user_id", shards=1)
+    shards = [(shard, pa.Table.from_batches([batch])) for shard, batch in counted]
     step = keys.PrivateTopKeys(epsilon=EPSILON, delta=DELTA, k=TOP_K, max_rows=MAX_ROWS, max_keys=MAX_KEYS,
                                mechanism=mechanism)  # fmt: skip
     return step.release(shards)

@@ -14,7 +14,6 @@ keys per unit) and holds every row of a unit in one batch, so distinct units add
 from __future__ import annotations
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -24,7 +23,7 @@ from beam_expmech.mechanisms.exponential import top_k
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k, margin
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
 from beam_expmech.mechanisms.randomness import stream_source
-from beam_expmech.transforms.bounding import unit_hash
+from beam_expmech.transforms.bounding import split_by_shard
 
 KEY, ROWS, UNITS = "key", "rows", "units"
 _COMPACT_ROWS = 1 << 17
@@ -41,8 +40,8 @@ class SumKeyCounts(beam.CombineFn):
     def create_accumulator(self) -> list[pa.Table]:
         return []
 
-    def add_input(self, tables: list[pa.Table], table: pa.Table) -> list[pa.Table]:
-        tables.append(table)
+    def add_input(self, tables: list[pa.Table], batch: pa.RecordBatch) -> list[pa.Table]:
+        tables.append(pa.Table.from_batches([batch]))
         if sum(t.num_rows for t in tables) > max(_COMPACT_ROWS, 2 * tables[0].num_rows):
             tables[:] = [key_totals(pa.concat_tables(tables))]
         return tables
@@ -59,21 +58,20 @@ def _empty() -> pa.Table:
 
 
 def batch_key_counts(batch: pa.RecordBatch, key_column: str, unit_column: str | None, shards: int):
-    """(key shard, Table[key, rows, units]) of one batch: the batch's own totals per key, split by shard."""
+    """(key shard, RecordBatch[key, rows, units]) of one batch: its own totals per key, split by shard."""
     table = pa.Table.from_batches([batch])
     if unit_column is None:
         counted = table.group_by(key_column).aggregate([([], "count_all")])
-        counted = counted.append_column(UNITS, counted.column("count_all"))
+        units = counted.column("count_all")
     else:
         counted = table.group_by(key_column).aggregate([([], "count_all"), (unit_column, "count_distinct")])
-    counted = pa.table({
-        KEY: counted.column(key_column),
-        ROWS: pc.cast(counted.column("count_all"), pa.int64()),
-        UNITS: pc.cast(counted.column(UNITS if unit_column is None else f"{unit_column}_count_distinct"), pa.int64()),
-    })  # fmt: skip
-    shard = unit_hash(counted.column(KEY).combine_chunks()) % np.uint64(shards)
-    for s in np.unique(shard).tolist():
-        yield s, counted.filter(pa.array(shard == s))
+        units = counted.column(f"{unit_column}_count_distinct")
+    counted = pa.RecordBatch.from_arrays(
+        [counted.column(key_column).combine_chunks(), *(pc.cast(c, pa.int64()).combine_chunks()
+                                                        for c in (counted.column("count_all"), units))],
+        names=[KEY, ROWS, UNITS],
+    )  # fmt: skip
+    return split_by_shard(counted, KEY, shards)  # the key's stable hash picks its shard
 
 
 class KeyCounts(beam.PTransform):

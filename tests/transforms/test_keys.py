@@ -88,7 +88,7 @@ def test_top_keys_on_beam_are_the_one_process_draw_under_a_test_seed(mechanism):
     shards: dict[int, list] = {}
     for batch in parts:
         for shard, table in batch_key_counts(batch, "query", "user", 4):
-            shards.setdefault(shard, []).append(table)
+            shards.setdefault(shard, []).append(pa.Table.from_batches([table]))
     expected = step.release([(shard, key_totals(pa.concat_tables(tables))) for shard, tables in shards.items()])
     with beam.Pipeline() as pipeline:
         chosen = pipeline | beam.Create(parts) | KeyCounts("query", unit_column="user", shards=4) | step
