@@ -14,6 +14,7 @@ through a small launcher process, so it is the job's own: see _LAUNCHER):
   (b1) pipelines.select over query, keys found in the data, --mechanism limited-domain,
       --delta 1e-6 --max-keys-per-unit 3 (the other flags as (a))
   (b2) the same with --mechanism keys-then-exponential
+  (b3) the same with --mechanism keys-then-laplace
 The table gives seconds, rows/s, peak RSS, and the ratios to (c) and to (a) of the same size.
 
 Quality, at --quality-rows only (PipelineDP's per-row Python is slow: 10^5 rows by default), from
@@ -148,7 +149,7 @@ def quality(path: str, rows: int, runs: int, with_pipelinedp: bool) -> None:
     truth = true_top(table)
     contenders = [
         (f"ours, {mechanism}", lambda mechanism=mechanism: (lambda s: (s, len(s)))(ours(table, mechanism)))
-        for mechanism in ("limited-domain", "keys-then-exponential")
+        for mechanism in ("limited-domain", "keys-then-exponential", "keys-then-laplace")
     ]
     if with_pipelinedp:
         pairs = list(zip(table.column("user_id").to_pylist(), table.column("query").to_pylist(), strict=True))
@@ -209,6 +210,7 @@ def main() -> None:
             ),
             ("(b1) select, keys found, limited-domain", [*found, "--mechanism", "limited-domain"]),
             ("(b2) select, keys found, keys-then-exponential", [*found, "--mechanism", "keys-then-exponential"]),
+            ("(b3) select, keys found, keys-then-laplace", [*found, "--mechanism", "keys-then-laplace"]),
         ]
         times = {}
         for name, command in jobs:

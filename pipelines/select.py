@@ -5,7 +5,7 @@
         [--mechanism exponential|permute-and-flip] --output OUT.json [Beam options]
     python -m pipelines.select --input PATH --column COL --epsilon E --delta D [--top-k K]
         [--privacy-unit COL --max-rows-per-unit K [--max-keys-per-unit L]]
-        [--mechanism keys-then-exponential|limited-domain] --output OUT.json [Beam options]
+        [--mechanism keys-then-laplace|keys-then-exponential|limited-domain] --output OUT.json [Beam options]
 
 With candidates, they are public (a file with one label a line, or an integer range LO..HI-1).
 Without, they are the column's values, found privately ((epsilon, delta)-DP: a key only one
@@ -70,7 +70,7 @@ def build_parser() -> flags.ArgumentParser:
         choices=(*PUBLIC_MECHANISMS, *KEY_MECHANISMS),
         help="with candidates: exponential (default), or permute-and-flip: never less accurate at the same epsilon "
         f"(--top-k 1 only); keys found in the data: {KEY_MECHANISMS[0]} (default: it finds more of the true top k), "
-        f"or {KEY_MECHANISMS[1]}",
+        f"{KEY_MECHANISMS[1]} or {KEY_MECHANISMS[2]}",
     )
     parser.add_argument(
         "--shard-size",

@@ -18,6 +18,11 @@ built by the same recursion with e^epsilon rounded down, e^-epsilon rounded up a
 rounded down, so that p(n) <= e^epsilon p(n - 1) + delta and 1 - p(n - 1) <= e^epsilon (1 - p(n)) +
 delta hold exactly for the true e^epsilon; a key is released when BITS uniform bits, read as an
 integer, fall below p(n) 2^BITS. A key held by at least ``always`` units is released for sure.
+
+When a unit holds several keys, splitting epsilon L ways costs more than Gaussian thresholding
+(gaussian_thresholding.py: one noisy count per key, L2 sensitivity sqrt(L)), which releases keys by
+a table of the same kind. ``rule="best"`` takes the one that releases a key at fewer units with
+probability 1/2: a choice made from the public parameters alone.
 """
 
 from __future__ import annotations
@@ -27,29 +32,43 @@ from fractions import Fraction
 import numpy as np
 
 from beam_expmech import parameters
+from beam_expmech.mechanisms.gaussian_thresholding import GaussianThreshold, gaussian_rule
 from beam_expmech.mechanisms.intervals import contexts, to_fraction
 from beam_expmech.mechanisms.randomness import RandomSource
 
 BITS = 64
 _MAX_STEPS = 1 << 20  # pi reaches 1 within about 2 ln(1 / delta) / epsilon steps
+RULES = ("best", "optimal", "gaussian")
 
 
 class PartitionSelection:
     """The release rule of (``epsilon``, ``delta``)-DP partition selection, ``max_keys`` keys per unit.
 
+    ``rule``: "optimal" (the rule above at (epsilon / L, delta / L) per key), "gaussian" (Gaussian
+    thresholding), or "best" of the two for these parameters (the optimal one when L = 1).
+
     Privacy: (epsilon, delta)-DP for the set of released keys, when each privacy unit holds at
     most ``max_keys`` of the keys and a key's n counts the distinct units that hold it.
     """
 
-    def __init__(self, *, epsilon: float, delta: float, max_keys: int = 1):
+    def __init__(self, *, epsilon: float, delta: float, max_keys: int = 1, rule: str = "best"):
         self.epsilon = parameters.positive_finite(epsilon, "epsilon")
         self.delta = parameters.probability(delta, "delta")
         self.max_keys = parameters.count(max_keys, "max_keys")
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
         if self.delta / self.max_keys < 2.0**-BITS:  # p(1) = delta / L would round down to 0, and stay there
             raise ValueError(
                 f"delta / max_keys must be at least 2^-{BITS} (5.4e-20), got {self.delta / self.max_keys:g}"
             )
-        self.numerators = _envelope(Fraction(self.epsilon) / self.max_keys, Fraction(self.delta) / self.max_keys)
+        self.gaussian: GaussianThreshold | None = None  # sigma^2 and T, when the Gaussian rule is the one
+        self.rule, self.numerators = "optimal", np.zeros(0, np.uint64)
+        if rule != "gaussian":
+            self.numerators = _envelope(Fraction(self.epsilon) / self.max_keys, Fraction(self.delta) / self.max_keys)
+        if rule == "gaussian" or (rule == "best" and self.max_keys > 1):
+            numerators, gaussian = gaussian_rule(epsilon=self.epsilon, delta=self.delta, max_keys=self.max_keys)
+            if rule == "gaussian" or _units_for_half(numerators) < _units_for_half(self.numerators):
+                self.rule, self.numerators, self.gaussian = "gaussian", numerators, gaussian
 
     @property
     def always(self) -> int:
@@ -75,6 +94,11 @@ class PartitionSelection:
         uniform = words[0::2] << np.uint64(32) | words[1::2]  # BITS = 64 uniform bits per key
         kept[drawn] = uniform < self.numerators[units[drawn]]
         return kept
+
+
+def _units_for_half(numerators: np.ndarray) -> int:
+    """The fewest units whose key a table releases with probability at least 1/2."""
+    return int(np.searchsorted(numerators, np.uint64(1 << (BITS - 1))))
 
 
 def _envelope(epsilon: Fraction, delta: Fraction) -> np.ndarray:

@@ -14,11 +14,13 @@ keys per unit) and holds every row of a unit in one batch, so distinct units add
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_expmech import parameters
 from beam_expmech.accounting import Release
+from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.exponential import top_k
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k, margin
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
@@ -101,15 +103,20 @@ def largest(table: pa.Table, n: int) -> list[tuple[int, str]]:
     return list(zip(top.column(ROWS).to_pylist(), top.column(KEY).to_pylist(), strict=True))
 
 
-MECHANISMS = ("keys-then-exponential", "limited-domain")  # the first is the default: it finds more (bench_keys)
+MECHANISMS = ("keys-then-laplace", "keys-then-exponential", "limited-domain")  # the first finds most (bench_keys)
+KEYS_FIRST = ("keys-then-laplace", "keys-then-exponential")
 
 
 class PrivateTopKeys(beam.PTransform):
-    """Up to ``k`` keys with the most rows, best first; fewer when few keys stand out. Two mechanisms:
+    """Up to ``k`` keys with the most rows, best first; fewer when few keys stand out. Three mechanisms:
 
-    keys-then-exponential   (default) partition selection releases keys with ``keys_share`` of epsilon
-                            (and all of delta), then the exponential mechanism picks min(k, released) of
-                            them, best first, with the rest of epsilon (epsilon-DP, monotone, sensitivity K)
+    keys-then-laplace       (default) partition selection releases keys with ``keys_share`` of epsilon
+                            (and all of delta); then each released key's rows get discrete Laplace noise of
+                            scale K / (the rest of epsilon), and the min(k, released) largest noisy counts
+                            are the answer, best first (epsilon-DP: the rows of the released keys have L1
+                            sensitivity K, since a unit keeps K rows in all; only the order is released)
+    keys-then-exponential   the same keys, then the exponential mechanism picks min(k, released) of them,
+                            k rounds of the rest of epsilon / k (monotone, sensitivity K)
     limited-domain          the kbar (default k) largest counts and a bottom, peeled exactly
                             (mechanisms/limited_domain.py)
 
@@ -146,7 +153,7 @@ class PrivateTopKeys(beam.PTransform):
         self.keys_share = parameters.probability(keys_share, "keys_share")
         self.label, self.seed = label, parameters.test_seed(seed)
         self.keys = None  # partition selection, built only where it runs (its table costs a delta-long loop)
-        if mechanism == "keys-then-exponential":
+        if mechanism in KEYS_FIRST:
             self.keys = PrivateKeys(epsilon=self.epsilon * self.keys_share, delta=self.delta, max_keys=self.max_keys,
                                     seed=self.seed)  # fmt: skip
 
@@ -162,12 +169,25 @@ class PrivateTopKeys(beam.PTransform):
                                                       delta=self.delta, max_rows=self.max_rows,
                                                       max_keys=self.max_keys)}  # fmt: skip
         rule = self.keys.rule
-        return {"units_for_a_key_to_be_released": {"with_probability_0.5": rule.units_needed(0.5),
-                                                   "with_probability_0.95": rule.units_needed(0.95)}}  # fmt: skip
+        note = {
+            "units_for_a_key_to_be_released": {
+                "with_probability_0.5": rule.units_needed(0.5),
+                "with_probability_0.95": rule.units_needed(0.95),
+            },
+            "partition_selection": "gaussian thresholding" if rule.gaussian else "optimal rule, per key",
+        }
+        if self.mechanism == "keys-then-laplace":
+            note["rows_noise_scale"] = self.max_rows / self.rest
+        return note
+
+    @property
+    def rest(self) -> float:
+        """The epsilon left after partition selection, for the second stage."""
+        return self.epsilon * (1 - self.keys_share)
 
     def candidates(self, shard: int, table: pa.Table) -> list[tuple[int, str]]:
         """One shard's candidates as (rows, key): its kbar + 1 largest, or the keys partition selection keeps."""
-        if self.mechanism == "keys-then-exponential":
+        if self.mechanism in KEYS_FIRST:
             _, kept = self.keys.keep(shard, table)
             return largest(kept, kept.num_rows)
         return largest(table, self.kbar + 1)
@@ -177,16 +197,20 @@ class PrivateTopKeys(beam.PTransform):
         candidates = sorted(candidates, reverse=True)
         if not candidates:
             return []
+        rows, source = [rows for rows, _ in candidates], stream_source(self.seed, 0)
+        if self.mechanism == "keys-then-laplace":  # ties between noisy counts go to the larger key, as in largest
+            noisy = discrete_laplace_mechanism(np.array(rows), epsilon=self.rest, sensitivity=self.max_rows,
+                                               rng=source)  # fmt: skip
+            best = sorted(zip(noisy.tolist(), (key for _, key in candidates), strict=True), reverse=True)
+            return [key for _, key in best[: self.k]]
         if self.mechanism == "keys-then-exponential":
-            k = min(self.k, len(candidates))
-            rest = self.epsilon * (1 - self.keys_share)
-            chosen = top_k([rows for rows, _ in candidates], k, epsilon=rest, sensitivity=self.max_rows,
-                           monotonic=True, rng=stream_source(self.seed, 0))  # fmt: skip
+            chosen = top_k(rows, min(self.k, len(candidates)), epsilon=self.rest, sensitivity=self.max_rows,
+                           monotonic=True, rng=source)  # fmt: skip
             return [candidates[i][1] for i in chosen]
         top, rest = candidates[: self.kbar], candidates[self.kbar : self.kbar + 1]
         chosen = limited_domain_top_k(
-            [rows for rows, _ in top], rest[0][0] if rest else 0, self.k, kbar=self.kbar, epsilon=self.epsilon,
-            delta=self.delta, max_rows=self.max_rows, max_keys=self.max_keys, rng=stream_source(self.seed, 0),
+            rows[: self.kbar], rest[0][0] if rest else 0, self.k, kbar=self.kbar, epsilon=self.epsilon,
+            delta=self.delta, max_rows=self.max_rows, max_keys=self.max_keys, rng=source,
         )  # fmt: skip
         return [top[i][1] for i in chosen]
 
@@ -196,9 +220,7 @@ class PrivateTopKeys(beam.PTransform):
 
     def expand(self, counts):
         gather = (
-            beam.combiners.ToList()
-            if self.mechanism == "keys-then-exponential"
-            else beam.combiners.Top.Of(self.kbar + 1)
+            beam.combiners.ToList() if self.mechanism in KEYS_FIRST else beam.combiners.Top.Of(self.kbar + 1)
         )  # the released keys (public), or the kbar + 1 largest of every shard's kbar + 1
         return (
             counts

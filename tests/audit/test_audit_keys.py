@@ -17,8 +17,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from privacy_loss import hockey_stick, record_sampler, unit_contributions
-from references import keys_then_exponential_pmf, limited_domain_pmf, partition_selection_pmf
+from references import (
+    gaussian_tail,
+    keys_then_exponential_pmf,
+    keys_then_laplace_pmf,
+    limited_domain_pmf,
+    optimal_partition_rule,
+    partition_selection_pmf,
+)
 
+from beam_expmech.accounting import zcdp_to_epsilon
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
 from beam_expmech.mechanisms.randomness import random_source
@@ -103,24 +111,45 @@ def test_partition_selection_rule_is_the_optimal_one_and_keeps_both_inequalities
     assert worst <= 0  # exactly: an excess of 2^-64 (a probability rounded up) is below the table's float slack
 
 
-@pytest.mark.parametrize("max_keys", [1, 2, 3])
-def test_partition_selection_is_epsilon_delta_dp(audit, max_keys):
-    rule = PartitionSelection(epsilon=EPSILON, delta=DELTA, max_keys=max_keys)
+RULES = [("optimal", 1), ("optimal", 2), ("optimal", 3), ("gaussian", 2), ("gaussian", 3)]
+
+
+@pytest.mark.parametrize("rule_name,max_keys", RULES)
+def test_partition_selection_is_epsilon_delta_dp(audit, rule_name, max_keys):
+    rule = PartitionSelection(epsilon=EPSILON, delta=DELTA, max_keys=max_keys, rule=rule_name)
     units = [np.array([1 if key in keys else 0 for key in range(KEYS)])
              for size in range(1, max_keys + 1) for keys in itertools.combinations(range(KEYS), size)]  # fmt: skip
     worst, pairs = worst_delta(lambda counts: partition_selection_pmf(counts, rule.probability), units)
-    audit.check(f"partition selection L={max_keys}", "(eps, delta)-DP: hockey stick", cases=pairs, worst=worst,
-                bound=DELTA)  # fmt: skip
+    audit.check(f"partition selection {rule_name} L={max_keys}", "(eps, delta)-DP: hockey stick", cases=pairs,
+                worst=worst, bound=DELTA)  # fmt: skip
     assert worst > DELTA / 20
 
 
-@pytest.mark.parametrize("max_keys", [1, 3])
-def test_partition_selection_sampler_follows_its_rule(audit, max_keys):
-    rule = PartitionSelection(epsilon=EPSILON, delta=DELTA, max_keys=max_keys)
+@pytest.mark.parametrize("epsilon,delta,max_keys", [(1.0, 1e-6, 2), (0.3, 1e-9, 5), (4.0, 0.05, 30)])
+def test_gaussian_thresholding_is_the_gaussian_mechanism_thresholded(audit, epsilon, delta, max_keys):
+    """The table is P(Z >= T - n) for the discrete Gaussian (floats, 1e-9); sigma^2 is (eps', delta / 2 - slack)-DP
+    as L / (2 sigma^2)-zCDP (slack: the table's rounding), eps' = epsilon - ln(1 / (1 - delta / 2)); T is the least
+    with L P(Z >= T - 1) <= delta / 2."""
+    rule = PartitionSelection(epsilon=epsilon, delta=delta, max_keys=max_keys, rule="gaussian")
+    sigma2, threshold = float(rule.gaussian.sigma2), rule.gaussian.threshold
+    tail = gaussian_tail(sigma2)
+    assert max_keys * tail(threshold - 1) <= delta / 2 < max_keys * tail(threshold - 2)
+    spent = zcdp_to_epsilon(max_keys / (2 * sigma2), delta=delta / 2 - np.exp(epsilon) * max_keys * 2.0**-60)
+    assert spent <= epsilon + np.log1p(-delta / 2) and spent > 0.999 * (epsilon + np.log1p(-delta / 2))
+    worst = max(abs(float(rule.probability(n)) - tail(threshold - n)) for n in range(1, rule.always + 3))
+    audit.check(f"gaussian thresholding eps={epsilon} L={max_keys}", "table against P(Z >= T - n): max error",
+                cases=rule.always, worst=worst, bound=1e-9)  # fmt: skip
+    assert worst <= 1e-9
+
+
+@pytest.mark.parametrize("rule_name,max_keys", [("optimal", 1), ("optimal", 3), ("gaussian", 3)])
+def test_partition_selection_sampler_follows_its_rule(audit, rule_name, max_keys):
+    rule = PartitionSelection(epsilon=EPSILON, delta=DELTA, max_keys=max_keys, rule=rule_name)
     units = np.array([1, 2, rule.units_needed(0.5), rule.always])
     source = random_source(np.random.default_rng(max_keys))
     draws = [tuple(np.flatnonzero(rule.keep(units, source)).tolist()) for _ in range(3_000)]
-    record_sampler(audit, f"partition selection L={max_keys}", draws, partition_selection_pmf(units, rule.probability))
+    record_sampler(audit, f"partition selection {rule_name} L={max_keys}", draws,
+                   partition_selection_pmf(units, rule.probability))  # fmt: skip
 
 
 # --- the command line's step over keys found in the data, as pipelines.select builds it ------------
@@ -146,10 +175,25 @@ def shards_of(rows, units, shards: int) -> list[tuple[int, pa.Table]]:
 
 CLEAR = ([40, 30, 26, 3], [20, 15, 13, 2])  # (rows, units) per key; no ties: the definitions' tie rules do not matter
 FEW_UNITS = ([9, 8, 6, 3], [4, 4, 3, 2])  # whether partition selection keeps a key is a coin
-CLOSE_ROWS = ([12, 10, 8, 3], [40, 40, 40, 40])  # every key kept: the exponential mechanism's epsilon shows
+CLOSE_ROWS = ([12, 10, 8, 3], [40, 40, 40, 40])  # every key kept: the second stage's epsilon shows
+TIED_ROWS = ([9, 9, 8, 3], [40, 40, 40, 40])  # noisy counts tie often: the tie rule shows
+NEAR_THRESHOLD = ([70, 60, 50, 45], [28, 25, 22, 30])  # 7 keys a unit: Gaussian thresholding, each key a coin
 SHIPPED = [("limited-domain", 2, 2, 2, 1, CLEAR), ("limited-domain", 3, 1, 1, 2, CLEAR),
            ("keys-then-exponential", 2, 2, 2, 2, FEW_UNITS), ("keys-then-exponential", 1, 1, 1, 1, FEW_UNITS),
-           ("keys-then-exponential", 2, 1, 1, 2, CLOSE_ROWS)]  # fmt: skip
+           ("keys-then-exponential", 2, 1, 1, 2, CLOSE_ROWS),
+           ("keys-then-laplace", 2, 2, 2, 2, FEW_UNITS), ("keys-then-laplace", 1, 1, 1, 1, FEW_UNITS),
+           ("keys-then-laplace", 2, 1, 1, 2, CLOSE_ROWS), ("keys-then-laplace", 3, 1, 1, 1, TIED_ROWS),
+           ("keys-then-laplace", 2, 7, 7, 2, NEAR_THRESHOLD)]  # fmt: skip
+KEYS_FIRST = {"keys-then-exponential": keys_then_exponential_pmf, "keys-then-laplace": keys_then_laplace_pmf}
+
+
+def reference_rule(step):
+    """pi(n) of the partition selection the step runs, from its definition in floats (the rule it chose)."""
+    rule = step.keys.rule
+    if rule.gaussian is None:
+        return optimal_partition_rule(rule.epsilon, rule.delta, rule.max_keys)
+    tail = gaussian_tail(float(rule.gaussian.sigma2))
+    return lambda n: tail(rule.gaussian.threshold - n) if n > 0 else 0.0
 
 
 @pytest.mark.parametrize("mechanism,k,max_rows,max_keys,shards,data", SHIPPED)
@@ -157,30 +201,33 @@ def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism
     rows, units = data
     draws = []
     for seed in range(2_000):
-        chosen = command_line_step(mechanism, k, max_rows, max_keys, seed).release(shards_of(rows, units, shards))
-        draws.append(tuple(int(key[1:]) for key in chosen))
+        step = command_line_step(mechanism, k, max_rows, max_keys, seed)
+        draws.append(tuple(int(key[1:]) for key in step.release(shards_of(rows, units, shards))))
     if mechanism == "limited-domain":
         pmf = limited_domain_pmf(rows, k, k, EPSILON, DELTA, max_rows, max_keys)
     else:
-        pmf = keys_then_exponential_pmf(rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys)
-    record_sampler(audit, f"select keys {mechanism} k={k} K={max_rows} L={max_keys}", draws, pmf)
+        assert step.keys.rule.rule == ("gaussian" if max_keys == 7 else "optimal")  # both rules are audited here
+        # (the keys are PrivateKeys' for either second stage: Gaussian thresholding is audited once, below)
+        pmf = KEYS_FIRST[mechanism](rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys, reference_rule(step))
+    record_sampler(audit, f"select keys {mechanism} k={k} K={max_rows} L={max_keys} {rows}", draws, pmf)
 
 
+@pytest.mark.parametrize("mechanism", KEYS_FIRST)
 @pytest.mark.parametrize("k,max_rows,max_keys", [(1, 1, 1), (2, 2, 2)])
-def test_keys_then_exponential_is_epsilon_delta_dp(audit, k, max_rows, max_keys):
+def test_keys_first_is_epsilon_delta_dp(audit, mechanism, k, max_rows, max_keys):
     """Per key (rows, units), rows >= units; a unit adds one unit to each of at most L keys and at most K rows
     over them (at least one each)."""
     states = [(0, 0), (1, 1), (2, 1), (2, 2), (3, 2)]
     worst, pairs = 0.0, 0
     for base in itertools.product(states, repeat=3):
         rows, units = [r for r, _ in base], [u for _, u in base]
-        p = keys_then_exponential_pmf(rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys)
+        p = KEYS_FIRST[mechanism](rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys)
         for added in unit_contributions(3, max_rows, max_keys):
-            q = keys_then_exponential_pmf([r + a for r, a in zip(rows, added, strict=True)],
-                                          [u + (a > 0) for u, a in zip(units, added, strict=True)],
-                                          k, EPSILON, DELTA, 0.5, max_rows, max_keys)  # fmt: skip
+            q = KEYS_FIRST[mechanism]([r + a for r, a in zip(rows, added, strict=True)],
+                                      [u + (a > 0) for u, a in zip(units, added, strict=True)],
+                                      k, EPSILON, DELTA, 0.5, max_rows, max_keys)  # fmt: skip
             worst = max(worst, hockey_stick(p, q, EPSILON), hockey_stick(q, p, EPSILON))
             pairs += 1
-    audit.check(f"keys then exponential k={k} K={max_rows} L={max_keys}", "(eps, delta)-DP: hockey stick",
+    audit.check(f"{mechanism} k={k} K={max_rows} L={max_keys}", "(eps, delta)-DP: hockey stick",
                 cases=pairs, worst=worst, bound=DELTA)  # fmt: skip
     assert worst > DELTA / 20

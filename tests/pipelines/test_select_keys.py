@@ -38,7 +38,7 @@ def true_top(table: pa.Table, k: int) -> list[str]:
     return [q for q, _ in Counter(table.column("query").to_pylist()).most_common(k)]
 
 
-@pytest.mark.parametrize("mechanism", ["limited-domain", "keys-then-exponential"])
+@pytest.mark.parametrize("mechanism", ["limited-domain", "keys-then-exponential", "keys-then-laplace"])
 def test_finds_the_true_top_keys_with_no_candidate_list(tmp_path, capsys, mechanism):
     table = queries()
     write(table, tmp_path / "data.parquet", "parquet")
@@ -62,8 +62,7 @@ def test_each_unit_keeps_k_rows_over_l_keys_and_the_release_states_both(tmp_path
 def test_the_multi_process_runner_gives_the_same_release_under_a_test_seed(tmp_path):
     write(queries(rows=20_000, users=500), tmp_path / "data.parquet", "parquet")
     flags = ["--epsilon", "0.3", "--delta", "1e-3", "--top-k", "5", "--privacy-unit", "user_id",
-             "--max-rows-per-unit", "3", "--max-keys-per-unit", "2", "--mechanism", "keys-then-exponential",
-             "--seed", "3"]  # fmt: skip
+             "--max-rows-per-unit", "3", "--max-keys-per-unit", "2", "--seed", "3"]  # fmt: skip
     one = run(tmp_path, *flags)
     two = run(tmp_path, *flags, "--direct_running_mode=multi_processing", "--direct_num_workers=2")
     assert one == two and one["private_randomness"] is False

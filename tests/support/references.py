@@ -100,10 +100,23 @@ def optimal_partition_rule(epsilon, delta, max_keys):
     return pi
 
 
-def keys_then_exponential_pmf(rows, units, k, epsilon, delta, share, max_rows, max_keys):
-    """Partition selection on ``units`` (share of epsilon), then k' = min(k, released) rounds of the
-    exponential mechanism (monotone, sensitivity K) over the released keys' ``rows`` with the rest."""
-    pi = optimal_partition_rule(epsilon * share, delta, max_keys)
+def gaussian_tail(sigma2):
+    """m -> P(Z >= m) for the discrete Gaussian, P(Z = z) proportional to exp(-z^2 / (2 sigma2)), in floats."""
+    z = np.arange(-int(40 * math.sqrt(sigma2)) - 40, int(40 * math.sqrt(sigma2)) + 41)
+    weights = np.exp(-(z.astype(float) ** 2) / (2 * sigma2))
+    tails = np.cumsum(weights[::-1])[::-1] / weights.sum()
+
+    def tail(m):
+        return 1.0 if m <= z[0] else 0.0 if m > z[-1] else float(tails[m - z[0]])
+
+    return tail
+
+
+def keys_then_exponential_pmf(rows, units, k, epsilon, delta, share, max_rows, max_keys, pi=None):
+    """Partition selection on ``units`` (share of epsilon; the optimal rule unless ``pi`` is given), then
+    k' = min(k, released) rounds of the exponential mechanism (monotone, sensitivity K) over the released
+    keys' ``rows`` with the rest."""
+    pi = pi or optimal_partition_rule(epsilon * share, delta, max_keys)
     rest = epsilon * (1 - share)
     pmf: dict[tuple, float] = {}
     for released, p_released in partition_selection_pmf(units, pi).items():
@@ -119,4 +132,40 @@ def keys_then_exponential_pmf(rows, units, k, epsilon, delta, share, max_rows, m
                 p *= weights[key] / sum(weights.values())
                 remaining.remove(key)
             pmf[order] = pmf.get(order, 0.0) + p
+    return pmf
+
+
+def discrete_laplace_pmf(scale, support):
+    """P(Z = z) for z in -support..support, P(Z = z) proportional to exp(-|z| / scale) (the rest: below 1e-13)."""
+    z = np.arange(-support, support + 1)
+    decay = math.exp(-1 / scale)
+    return z, (1 - decay) / (1 + decay) * decay ** np.abs(z)
+
+
+def keys_then_laplace_pmf(rows, units, k, epsilon, delta, share, max_rows, max_keys, pi=None):
+    """Partition selection on ``units`` as in keys_then_exponential_pmf, then each released key's ``rows``
+    plus discrete Laplace noise of scale K / (the rest of epsilon); the released order is the min(k, released)
+    largest noisy counts, a tie going to the larger key. P(a1, ..., ak) by a pass over the noisy values: g1 = the
+    law of a1's value, g_j(y) = P(a_j's value is y and below a_(j-1)'s) and the others all below a_k's."""
+    pi = pi or optimal_partition_rule(epsilon * share, delta, max_keys)
+    scale = max_rows / (epsilon * (1 - share))
+    noise, noise_pmf = discrete_laplace_pmf(scale, math.ceil(32 * math.log(10) * scale))
+    low, high = min(rows) + noise[0], max(rows) + noise[-1]
+    laws = {}
+    for key, count in enumerate(rows):  # the law of each key's noisy count on the grid low..high
+        law = np.zeros(high - low + 1)
+        law[count + noise[0] - low : count + noise[-1] - low + 1] = noise_pmf
+        laws[key] = law
+    pmf: dict[tuple, float] = {}
+    for released, p_released in partition_selection_pmf(units, pi).items():
+        for order in itertools.permutations(released, min(k, len(released))):
+            g = laws[order[0]] if order else None
+            for before, key in itertools.pairwise(order):
+                above = np.concatenate([np.cumsum(g[::-1])[::-1][1:], [0.0]])  # P(before's value > y, and so on)
+                g = laws[key] * (above + (g if before > key else 0.0))
+            p = 1.0 if not order else g
+            for other in set(released) - set(order):  # every other released key below the last chosen
+                below = np.concatenate([[0.0], np.cumsum(laws[other])[:-1]])  # P(other's value < y)
+                p = p * (below + (laws[other] if order[-1] > other else 0.0))
+            pmf[order] = pmf.get(order, 0.0) + p_released * float(np.sum(p))
     return pmf

@@ -13,6 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_expmech.accounting import Release
 from beam_expmech.transforms.keys import (
     KEY,
+    MECHANISMS,
     ROWS,
     UNITS,
     KeyCounts,
@@ -70,7 +71,7 @@ def test_without_a_unit_column_each_row_is_a_unit():
         assert_that(counted, equal_to([(r, r) for r, _ in totals(parts).values()]))
 
 
-@pytest.mark.parametrize("mechanism", ["limited-domain", "keys-then-exponential"])
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_top_keys_on_beam_find_keys_that_stand_far_apart_best_first(mechanism):
     parts, truth = batches(), totals(batches())
     ranked = sorted(truth, key=lambda q: -truth[q][0])
@@ -81,7 +82,7 @@ def test_top_keys_on_beam_find_keys_that_stand_far_apart_best_first(mechanism):
         assert_that(chosen, equal_to([ranked[:3]]))  # q1, q2, q3: hundreds of rows apart at epsilon 2
 
 
-@pytest.mark.parametrize("mechanism", ["limited-domain", "keys-then-exponential"])
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_top_keys_on_beam_are_the_one_process_draw_under_a_test_seed(mechanism):
     parts = batches()
     step = PrivateTopKeys(epsilon=0.3, delta=1e-3, k=4, max_rows=1, max_keys=1, mechanism=mechanism, seed=11)
@@ -97,11 +98,20 @@ def test_top_keys_on_beam_are_the_one_process_draw_under_a_test_seed(mechanism):
 
 def test_few_keys_that_stand_out_release_fewer_than_k():
     flat = [pa.record_batch({"user": np.arange(300), "query": [f"q{u}" for u in range(300)]})]  # each key once
-    for mechanism in ("limited-domain", "keys-then-exponential"):
+    for mechanism in MECHANISMS:
         step = PrivateTopKeys(epsilon=1.0, delta=1e-6, k=5, max_rows=1, max_keys=1, mechanism=mechanism)
         with beam.Pipeline() as pipeline:
             chosen = pipeline | beam.Create(flat) | KeyCounts("query", unit_column="user") | step
             assert_that(chosen, equal_to([[]]))  # a key of one unit: released with probability ~1e-6
+
+
+def test_the_accuracy_note_states_the_rule_and_the_second_stages_noise():
+    few, many = (PrivateTopKeys(epsilon=1.0, delta=1e-6, k=3, max_rows=10, max_keys=L) for L in (1, 10))
+    assert few.accuracy()["partition_selection"] == "optimal rule, per key"
+    assert many.accuracy()["partition_selection"] == "gaussian thresholding"
+    assert few.accuracy()["rows_noise_scale"] == 10 / 0.5  # K / (epsilon - the keys' share)
+    halves = [few.accuracy()["units_for_a_key_to_be_released"][f"with_probability_{p}"] for p in ("0.5", "0.95")]
+    assert halves == [few.keys.rule.units_needed(0.5), few.keys.rule.units_needed(0.95)] and halves[0] < halves[1]
 
 
 def test_partition_selection_on_beam_keeps_the_keys_many_units_hold():
