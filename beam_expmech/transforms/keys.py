@@ -5,16 +5,18 @@
     PrivateKeys     col: (key shard, Table) -> col: (key shard, Table): the keys partition selection keeps
 
 No step holds every key: keys are spread over shards by a stable hash, each shard's table is
-summed by a CombineFn of pyarrow group-bys, and the top-k step gathers only each shard's kbar + 1
-largest. A key's ``rows`` is its number of rows, ``units`` its number of distinct privacy units
-(rows when each row is its own unit). The input is bounded (``BoundContributions``, K rows and L
+summed by a CombineFn of pyarrow group-bys, and the top-k step gathers only each shard's k largest
+noisy counts (keys-then-laplace), released keys (keys-then-exponential) or kbar + 1 largest counts.
+A key's ``rows`` is its number of rows, ``units`` its number of distinct privacy units (rows when
+each row is its own unit). The input is bounded (``BoundContributions``, K rows and L
 keys per unit) and holds every row of a unit in one batch, so distinct units add up over batches.
 """
 
 from __future__ import annotations
 
+import heapq
+
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,6 +31,7 @@ from beam_expmech.transforms.bounding import split_by_shard
 
 KEY, ROWS, UNITS = "key", "rows", "units"
 _COMPACT_ROWS = 1 << 17
+_NOISE_STREAMS = 1 << 32  # the test streams of the second stage's noise, one a shard (partition selection: 1 + shard)
 
 
 def key_totals(table: pa.Table) -> pa.Table:
@@ -186,23 +189,27 @@ class PrivateTopKeys(beam.PTransform):
         return self.epsilon * (1 - self.keys_share)
 
     def candidates(self, shard: int, table: pa.Table) -> list[tuple[int, str]]:
-        """One shard's candidates as (rows, key): its kbar + 1 largest, or the keys partition selection keeps."""
-        if self.mechanism in KEYS_FIRST:
-            _, kept = self.keys.keep(shard, table)
+        """One shard's candidates as (rows, key): its kbar + 1 largest, or the keys partition selection keeps;
+        for keys-then-laplace, (noisy rows, key) of the k largest noisy counts among the keys it keeps."""
+        if self.mechanism not in KEYS_FIRST:
+            return largest(table, self.kbar + 1)
+        _, kept = self.keys.keep(shard, table)
+        if self.mechanism == "keys-then-exponential":
             return largest(kept, kept.num_rows)
-        return largest(table, self.kbar + 1)
+        noisy = discrete_laplace_mechanism(kept.column(ROWS).to_numpy(), epsilon=self.rest, sensitivity=self.max_rows,
+                                           rng=stream_source(self.seed, _NOISE_STREAMS + shard))  # fmt: skip
+        # Independent noise a key, so the k largest of every shard's k largest are the k largest of all.
+        # Ties between noisy counts go to the larger key, as in largest.
+        return heapq.nlargest(self.k, zip(noisy.tolist(), kept.column(KEY).to_pylist(), strict=True))
 
     def select(self, candidates: list[tuple[int, str]]) -> list[str]:
         """The draw from every shard's candidates: the last step, on one worker."""
         candidates = sorted(candidates, reverse=True)
+        if self.mechanism == "keys-then-laplace":  # the noise is drawn: the k largest noisy counts, best first
+            return [key for _, key in candidates[: self.k]]
         if not candidates:
             return []
         rows, source = [rows for rows, _ in candidates], stream_source(self.seed, 0)
-        if self.mechanism == "keys-then-laplace":  # ties between noisy counts go to the larger key, as in largest
-            noisy = discrete_laplace_mechanism(np.array(rows), epsilon=self.rest, sensitivity=self.max_rows,
-                                               rng=source)  # fmt: skip
-            best = sorted(zip(noisy.tolist(), (key for _, key in candidates), strict=True), reverse=True)
-            return [key for _, key in best[: self.k]]
         if self.mechanism == "keys-then-exponential":
             chosen = top_k(rows, min(self.k, len(candidates)), epsilon=self.rest, sensitivity=self.max_rows,
                            monotonic=True, rng=source)  # fmt: skip
@@ -219,12 +226,14 @@ class PrivateTopKeys(beam.PTransform):
         return self.select([pair for shard, table in shards for pair in self.candidates(shard, table)])
 
     def expand(self, counts):
-        gather = (
-            beam.combiners.ToList() if self.mechanism in KEYS_FIRST else beam.combiners.Top.Of(self.kbar + 1)
-        )  # the released keys (public), or the kbar + 1 largest of every shard's kbar + 1
+        gather = {
+            "keys-then-laplace": beam.combiners.Top.Of(self.k),  # the k largest noisy counts of every shard's k
+            "keys-then-exponential": beam.combiners.ToList(),  # the released keys (public)
+            "limited-domain": beam.combiners.Top.Of(self.kbar + 1),  # the kbar + 1 largest of every shard's
+        }[self.mechanism]
         return (
             counts
-            | "Candidates" >> beam.FlatMapTuple(self.candidates)  # col: (rows, key)
+            | "Candidates" >> beam.FlatMapTuple(self.candidates)  # col: (rows or noisy rows, key)
             | "Gather" >> gather  # col: [(rows, key)]
             | "Select" >> beam.Map(self.select)  # col: [key]
         )
