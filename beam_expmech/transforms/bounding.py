@@ -151,27 +151,83 @@ def keep_lowest_keys(table: pa.Table, unit_column: str, key_column: str, max_key
     keys' rows), gives the same rows as one pass. Then one unit contributes at most K rows in all,
     to at most L distinct keys, chosen uniformly among its keys (key priorities are a hash of the
     unit, the key and a random salt), and the rows uniformly among those keys' rows.
+
+    In three steps, each a sort of one 64-bit word (a 4-key lexsort of every row took most of a job's
+    time): group the rows by (unit, key) pair; rank each unit's pairs, where it has more than L; rank
+    each pair's rows by priority, where it has more than K.
     """
     if table.num_rows == 0:
         return table
-    units = canonical_identity(table.column(unit_column).combine_chunks())
-    unit = pc.dictionary_encode(units).indices.to_numpy(zero_copy_only=False)
+    unit = pc.dictionary_encode(canonical_identity(table.column(unit_column).combine_chunks())).indices
     keys = pc.dictionary_encode(canonical_identity(table.column(key_column).combine_chunks()), null_encoding="encode")
-    # Distinct keys whose priorities tie (2^-64 a pair) are ranked by value: by the data, not row order.
-    by_value = np.empty(len(keys.dictionary), np.int64)
-    by_value[pc.sort_indices(keys.dictionary).to_numpy()] = np.arange(len(keys.dictionary))
-    key = by_value[keys.indices.to_numpy(zero_copy_only=False)]
-    order = np.lexsort((table.column(PRIORITY).to_numpy(), key, table.column(KEY_PRIORITY).to_numpy(), unit))
-    unit, key = unit[order], key[order]
-    positions = np.arange(order.size)
-    new_unit = np.ones(order.size, bool)
-    new_unit[1:] = unit[1:] != unit[:-1]
-    new_key = new_unit.copy()
-    new_key[1:] |= key[1:] != key[:-1]
-    key_number = np.cumsum(new_key)
-    key_rank = key_number - key_number[np.maximum.accumulate(np.where(new_unit, positions, 0))]  # 0, 1, ... a unit
-    row_rank = positions - np.maximum.accumulate(np.where(new_key, positions, 0))  # 0, 1, ... a (unit, key)
-    return table.take(pa.array(order[(key_rank < max_keys) & (row_rank < max_rows)]))
+    pair_value = unit.to_numpy(zero_copy_only=False).astype(np.uint64) * np.uint64(len(keys.dictionary))
+    pair_value += keys.indices.to_numpy(zero_copy_only=False).astype(np.uint64)  # unit, then key
+    order = _sorting_order(pair_value)
+    pair_value = pair_value[order]
+    starts = np.flatnonzero(np.diff(pair_value, prepend=pair_value[0] + np.uint64(1)))  # each pair's first row
+    sizes = np.diff(np.append(starts, order.size))
+    pair_unit, pair_key = np.divmod(pair_value[starts], np.uint64(len(keys.dictionary)))  # pairs by unit
+    del pair_value
+    pair_priority = table.column(KEY_PRIORITY).combine_chunks().to_numpy(zero_copy_only=False)[order[starts]]
+    kept_pair = _key_ranks(pair_unit, pair_priority, pair_key, keys.dictionary, max_keys) < max_keys
+    # Pairs of at most K rows keep them all; the others rank their rows by priority.
+    rows = order[np.repeat(kept_pair & (sizes <= max_rows), sizes)]
+    crowded = np.flatnonzero(np.repeat(kept_pair & (sizes > max_rows), sizes))  # positions in ``order``
+    if crowded.size:
+        pair = np.repeat(np.arange(starts.size, dtype=np.uint64), sizes)[crowded]
+        priority = table.column(PRIORITY).combine_chunks().to_numpy(zero_copy_only=False)[order[crowded]]
+        by_priority = np.argsort((pair << np.uint64(32)) | priority)  # by pair, then row priority
+        rank = _ranks(pair[by_priority])
+        rows = np.concatenate([rows, order[crowded[by_priority[rank < max_rows]]]])
+    return table.take(pa.array(np.sort(rows)))  # in the table's order
+
+
+def _sorting_order(values: np.ndarray) -> np.ndarray:
+    """An order that sorts ``values`` (uint64); equal values keep their order.
+
+    Where the value and the row number fit in 64 bits together, a sort of both in one word (an
+    argsort is several times slower than a sort of the words themselves)."""
+    index_bits = max(1, (values.size - 1).bit_length())
+    if int(values.max()).bit_length() + index_bits > 64:
+        return np.argsort(values, kind="stable")
+    words = np.sort((values << np.uint64(index_bits)) | np.arange(values.size, dtype=np.uint64))
+    return (words & np.uint64((1 << index_bits) - 1)).astype(np.int64)
+
+
+def _ranks(groups: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal values of ``groups`` (sorted)."""
+    positions = np.arange(groups.size)
+    new = np.ones(groups.size, bool)
+    new[1:] = groups[1:] != groups[:-1]
+    return positions - np.maximum.accumulate(np.where(new, positions, 0))
+
+
+def _key_ranks(
+    unit: np.ndarray, priority: np.ndarray, key: np.ndarray, dictionary: pa.Array, max_keys: int
+) -> np.ndarray:
+    """Each distinct (unit, key) pair's rank among its unit's keys (0 for the lowest), by key priority,
+    and between distinct keys of equal priority (2^-64 a pair) by key value: by the data, not row order.
+    ``unit`` is sorted; units of at most ``max_keys`` keys keep them all, so their pairs rank 0.
+
+    The others sort (unit << 64 - b | priority >> b), b the bits a unit number needs; where two
+    pairs of a unit share that word, the dropped bits and the key value decide (a 3-key lexsort)."""
+    ranks = np.zeros(unit.size, np.int64)
+    new_unit = np.flatnonzero(np.diff(unit, prepend=unit[0] + np.uint64(1)))
+    counts = np.diff(np.append(new_unit, unit.size))
+    many = np.flatnonzero(np.repeat(counts > max_keys, counts))
+    if not many.size:
+        return ranks
+    unit, priority, key = unit[many], priority[many], key[many]
+    bits = max(1, int(unit[-1]).bit_length())
+    word = (unit << np.uint64(64 - bits)) | (priority >> np.uint64(bits))  # bits <= 32: unit numbers are int32
+    order = np.argsort(word)
+    word = word[order]
+    if np.any(word[1:] == word[:-1]):
+        by_value = np.empty(len(dictionary), np.int64)
+        by_value[pc.sort_indices(dictionary).to_numpy()] = np.arange(len(dictionary))
+        order = np.lexsort((by_value[key.astype(np.int64)], priority, unit))
+    ranks[many[order]] = _ranks(unit[order])
+    return ranks
 
 
 @dataclass
@@ -207,6 +263,9 @@ class KeepLowestPerUnit(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators) -> KeptRows:
+        accumulators = [a for a in accumulators if a.kept is not None or a.pending]
+        if len(accumulators) == 1:  # nothing to merge (the runner's usual case after the shuffle)
+            return accumulators[0]
         merged = self.create_accumulator()
         for accumulator in accumulators:
             if accumulator.kept is not None:
@@ -226,6 +285,8 @@ class KeepLowestPerUnit(beam.CombineFn):
         return keep_lowest(accumulator.kept, self.unit_column, self.max_rows)  # the final cut: K rows a unit
 
     def _compact(self, accumulator: KeptRows) -> None:
+        if not accumulator.pending:  # kept is compact already: both rules are idempotent
+            return
         parts = ([] if accumulator.kept is None else [accumulator.kept]) + [
             p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in accumulator.pending
         ]

@@ -21,8 +21,10 @@ from beam_expmech.transforms.bounding import (
     PRIORITY,
     BoundContributions,
     KeepLowestPerUnit,
+    _sorting_order,
     as_batches,
     keep_lowest,
+    keep_lowest_keys,
     key_salt,
     split_by_shard,
     unit_hash,
@@ -246,6 +248,63 @@ def test_partial_results_merge_in_any_order_to_one_pass(n, k, max_keys, pieces, 
         accumulators.append(combine.compact(merged) if rng.random() < 0.5 else merged)
     merged = combine.extract_output(accumulators[0])
     assert sorted(merged.column("row").to_pylist()) == sorted(one_pass.column("row").to_pylist())
+
+
+def reference_keep_lowest_keys(table: pa.Table, max_keys: int, max_rows: int) -> set:
+    """keep_lowest_keys spelled out: per unit, its keys by (key priority, key value, null last), the first
+    L; per (unit, key), its rows by priority, the first K. The rows kept, by their "row"."""
+    columns = table.to_pydict()
+    pairs: dict = {}
+    for unit, key, key_priority, priority, row in zip(
+        columns["unit"], columns["key"], columns[KEY_PRIORITY], columns[PRIORITY], columns["row"], strict=True
+    ):
+        pairs.setdefault(unit, {}).setdefault(key, (key_priority, []))[1].append((priority, row))
+    kept = set()
+    for keys in pairs.values():
+        ranked = sorted(keys, key=lambda key: (keys[key][0], key is None, key if key is not None else 0))
+        for key in ranked[:max_keys]:
+            kept |= {row for _, row in sorted(keys[key][1])[:max_rows]}
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_keep_lowest_keys_follows_the_rule_spelled_out(seed):
+    """Many units sharing keys, null keys, text or numbers, and key priorities that tie: in full
+    (broken by key value), in their top bits only (the packed sort's fallback), or not at all."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    units = rng.integers(0, int(rng.integers(1, 30)), n)
+    key_numbers = rng.integers(0, int(rng.integers(1, 12)), n)
+    nulls = rng.random(n) < (0.2 if seed % 3 else 0.0)
+    text = seed % 2 == 1
+    keys = [None if null else (f"k{k}" if text else int(k) - 5) for k, null in zip(key_numbers, nulls, strict=True)]
+    # A pair's key priority: a function of (unit, key), drawn from a few values when ties are wanted.
+    choices = np.array([0, 1, 1 << 40, (1 << 40) + 1, (1 << 63) + 7, 2**64 - 1], np.uint64)
+    tied = seed % 4 != 0
+    pair_priority: dict = {}
+    for unit, key in zip(units.tolist(), keys, strict=True):
+        if (unit, key) not in pair_priority:
+            pair_priority[unit, key] = rng.choice(choices) if tied else rng.integers(0, 2**64, dtype=np.uint64)
+    table = pa.table({
+        "row": np.arange(n),
+        "unit": pa.array([f"u{u}" for u in units] if seed % 5 == 2 else units),
+        "key": pa.array(keys, pa.string() if text else pa.int64()),
+        PRIORITY: pa.array(rng.permutation(n).astype(np.uint32) * np.uint32(7919)),  # distinct: one right answer
+        KEY_PRIORITY: pa.array([pair_priority[u, k] for u, k in zip(units.tolist(), keys, strict=True)], pa.uint64()),
+    })  # fmt: skip
+    for max_keys, max_rows in [(1, 1), (2, 3), (3, 1), (1, 5), (4, 4)]:
+        kept = keep_lowest_keys(table, "unit", "key", max_keys, max_rows)
+        rows = kept.column("row").to_pylist()
+        assert len(rows) == len(set(rows))
+        assert set(rows) == reference_keep_lowest_keys(table, max_keys, max_rows)
+        assert kept.schema == table.schema
+
+
+def test_sorting_order_is_a_stable_argsort_whatever_the_values():
+    rng = np.random.default_rng(0)
+    for high in (4, 1 << 40, 2**64 - 1):  # packed with the row number, then too wide to pack
+        values = rng.integers(0, high, 1000, dtype=np.uint64, endpoint=True)
+        assert np.array_equal(_sorting_order(values), np.argsort(values, kind="stable"))
 
 
 def test_kept_keys_are_chosen_uniformly():
