@@ -315,8 +315,9 @@ class KeepLowestPerUnit(beam.CombineFn):
 
     def merge_accumulators(self, accumulators) -> KeptRows:
         accumulators = [a for a in accumulators if a.kept is not None or a.pending]
-        if len(accumulators) == 1:  # nothing to merge (the runner's usual case after the shuffle)
-            return accumulators[0]
+        if len(accumulators) == 1:  # nothing to merge (the runner's usual case after the shuffle): a copy,
+            one = accumulators[0]  # since Beam lets a merge modify only the first of its inputs
+            return KeptRows(one.kept, list(one.pending), one.pending_rows)
         merged = self.create_accumulator()
         for accumulator in accumulators:
             if accumulator.kept is not None:

@@ -3,7 +3,9 @@ is uniform, and each unit's depends on its own rows alone."""
 
 from __future__ import annotations
 
+import copy
 import itertools
+import pickle
 from collections import Counter
 
 import apache_beam as beam
@@ -20,6 +22,7 @@ from beam_expmech.transforms.bounding import (
     PRIORITY,
     BoundContributions,
     KeepLowestPerUnit,
+    PackedTable,
     _key_ranks,
     _sorting_order,
     as_batches,
@@ -321,6 +324,25 @@ def test_sorting_order_is_a_stable_argsort_whatever_the_values():
     for high in (4, 1 << 40, 2**64 - 1):  # packed with the row number, then too wide to pack
         values = rng.integers(0, high, 1000, dtype=np.uint64, endpoint=True)
         assert np.array_equal(_sorting_order(values), np.argsort(values, kind="stable"))
+
+
+def test_an_accumulator_pickles_packed_and_merges_as_before():
+    """Pickled (between workers, in the shuffle) an accumulator's tables are compressed IPC: unpacked
+    where used, the same rows come out, and a merge of one accumulator leaves its input untouched."""
+    rng = np.random.default_rng(3)
+    table = keyed_table(list(zip(rng.integers(0, 9, 300).tolist(), rng.integers(0, 5, 300).tolist(), strict=True)))
+    batches = pa.Table.from_batches([with_priorities(table.to_batches()[0], 2)]).to_batches(max_chunksize=70)
+    combine = KeepLowestPerUnit("unit", 3, "key", 2, key_salt(2))
+    accumulator = combine.compact(combine.add_input(combine.create_accumulator(), batches[0]))
+    for batch in batches[1:]:
+        accumulator = combine.add_input(accumulator, batch)  # kept, and batches pending
+    expected = combine.extract_output(copy.deepcopy(accumulator))
+    shipped = pickle.loads(pickle.dumps(accumulator))
+    assert isinstance(shipped.kept, PackedTable) and all(isinstance(p, PackedTable) for p in shipped.pending)
+    pending = list(shipped.pending)
+    merged = combine.merge_accumulators([combine.create_accumulator(), shipped])
+    assert shipped.pending == pending  # the second input is not modified
+    assert combine.extract_output(merged).equals(expected)
 
 
 def test_kept_keys_are_chosen_uniformly():
