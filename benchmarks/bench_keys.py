@@ -114,10 +114,10 @@ def ours(table: pa.Table, mechanism: str) -> list[str]:
 
     batch = table.combine_chunks().to_batches()[0]
     batch = bounding.with_priorities(batch)
-    batch = bounding.with_key_priorities(batch, "user_id", "query", bounding.key_salt())
-    kept = bounding.keep_lowest_keys(pa.Table.from_batches([batch]), "user_id", "query", MAX_KEYS, MAX_ROWS)
+    table = pa.Table.from_batches([batch])
+    kept = bounding.keep_lowest_keys(table, "user_id", "query", MAX_KEYS, MAX_ROWS, bounding.key_salt())
     kept = bounding.keep_lowest(kept, "user_id", MAX_ROWS)
-    kept = kept.drop_columns([bounding.PRIORITY, bounding.KEY_PRIORITY])
+    kept = kept.drop_columns([bounding.PRIORITY])
     counted = keys.batch_key_counts(kept.combine_chunks().to_batches()[0], "query", "user_id", shards=1)
     shards = [(shard, pa.Table.from_batches([batch])) for shard, batch in counted]
     step = keys.PrivateTopKeys(epsilon=EPSILON, delta=DELTA, k=TOP_K, max_rows=MAX_ROWS, max_keys=MAX_KEYS,

@@ -170,6 +170,14 @@ MUTANTS = [
         (f"{INPUT}[float_units]",),
     ),
     Mutant(
+        "bounding keeps L + 1 keys per unit",
+        "beam_expmech/transforms/bounding.py",
+        "kept_pair = _key_ranks(pair_unit, pair_priority, pair_key, keys.dictionary, max_keys) < max_keys",
+        "kept_pair = _key_ranks(pair_unit, pair_priority, pair_key, keys.dictionary, max_keys) <= max_keys",
+        # The audit's sensitivity test on Beam (3 examples) misses it; the bound's own test (60) does not.
+        ("tests/transforms/test_bounding.py::test_no_unit_exceeds_k_rows_or_l_keys",),
+    ),
+    Mutant(
         "an Avro unit of several types read as its text (review 2, findings 3 and 4)",
         "beam_expmech/io/readers.py",
         "inexact = [c for c in identities if c in read_as_text]",
