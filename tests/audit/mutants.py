@@ -321,15 +321,15 @@ MUTANTS = [
     Mutant(
         "keys then laplace: noise for one row a unit (sensitivity 1, not K)",
         "beam_expmech/transforms/keys.py",
-        "epsilon=self.rest, sensitivity=self.max_rows, rng=source)",
-        "epsilon=self.rest, sensitivity=1, rng=source)",
+        "to_numpy(), epsilon=self.rest, sensitivity=self.max_rows,",
+        "to_numpy(), epsilon=self.rest, sensitivity=1,",
         (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
     ),
     Mutant(
         "keys then laplace: the second stage spends the whole epsilon again",
         "beam_expmech/transforms/keys.py",
-        "noisy = discrete_laplace_mechanism(np.array(rows), epsilon=self.rest,",
-        "noisy = discrete_laplace_mechanism(np.array(rows), epsilon=self.epsilon,",
+        "noisy = discrete_laplace_mechanism(kept.column(ROWS).to_numpy(), epsilon=self.rest,",
+        "noisy = discrete_laplace_mechanism(kept.column(ROWS).to_numpy(), epsilon=self.epsilon,",
         (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
     ),
     Mutant(
