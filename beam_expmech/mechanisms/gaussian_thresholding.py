@@ -22,7 +22,8 @@ Exact: p(n) is bounded between two rationals with MPFR's directed rounding at ``
 weight exp(-z^2 / (2 sigma^2)), sum and quotient rounded the safe way) and the lower bound is rounded down
 to ``BITS`` bits, to 1 when within 2^-63 of it: the table's p'(n) is within 2^-62 of p(n). Over the at
 most L keys whose law a unit changes, that moves each output probability by at most L 2^-62, which
-costs delta_rounding = (1 + e^epsilon) L 2^-62 (taken out of delta_noise). Keys the unit does not hold
+costs delta_rounding = (1 + e^epsilon) L 2^-62 (taken out of delta_noise, with delta_noise rounded down
+to a float and L P(Z >= T - 1) bounded above). Keys the unit does not hold
 have the same law in D and D'.
 """
 
@@ -60,19 +61,27 @@ class GaussianThreshold:
 
 def calibrate(*, epsilon: float, delta: float, max_keys: int) -> GaussianThreshold:
     """sigma^2 and T for (epsilon, delta)-DP with at most ``max_keys`` keys a unit (see the module's proof)."""
-    delta_rounding = math.exp(epsilon) * max_keys * 2.0**-60  # >= (1 + e^eps) L 2^-62, float slack included
-    delta_threshold = delta / 2
-    delta_noise = delta - delta_threshold - delta_rounding
-    epsilon_noise = (epsilon + math.log1p(-delta_threshold)) * (1 - 1e-9)  # the log's float error, rounded away
+    if epsilon > 40:  # past e^40, the rounding slack below is no longer negligible: the optimal rule is the one
+        raise ValueError(f"Gaussian thresholding is for epsilon up to 40, got {epsilon:g}")
+    # (1 + e^eps) L 2^-62 <= 2 ceil(e^eps) L 2^-62 (the float e^eps rounded away first)
+    delta_rounding = Fraction(math.ceil(math.exp(epsilon) * (1 + 1e-9))) * max_keys / (1 << 61)
+    delta_threshold = Fraction(delta) / 2
+    delta_noise = _below(Fraction(delta) - delta_threshold - delta_rounding)
+    epsilon_noise = (epsilon + math.log1p(-float(delta_threshold))) * (1 - 1e-9)  # the log's float error, rounded away
     if delta_noise <= 0 or epsilon_noise <= 0:
         raise ValueError(f"Gaussian thresholding needs a larger delta than {delta:g} for {max_keys} keys a unit")
     rho = epsilon_to_zcdp(epsilon_noise, delta=delta_noise)
     sigma2 = Fraction(max_keys) / (2 * Fraction(rho))  # exactly rho-zCDP at L2 sensitivity sqrt(L)
     if sigma2 > _MAX_SIGMA2:
         raise ValueError(f"Gaussian thresholding at epsilon={epsilon:g}, delta={delta:g} needs too much noise")
-    upper = _Tails(sigma2).upper
+    tails, budget = _Tails(sigma2), gmpy2.mpq(delta_threshold.numerator, delta_threshold.denominator)
+    _, up = _contexts()
     m = 1
-    while max_keys * upper(m) > gmpy2.mpfr(delta_threshold):  # P(any key held by this unit alone is released)
+    while True:  # the least m with L P(Z >= m) <= delta / 2: P(any key held by this unit alone is released)
+        tail = tails.upper(m)
+        with up:
+            if max_keys * tail <= budget:
+                break
         m += 1
     return GaussianThreshold(sigma2=sigma2, threshold=m + 1)
 
@@ -96,6 +105,12 @@ def gaussian_rule(*, epsilon: float, delta: float, max_keys: int) -> tuple[np.nd
             return table, chosen
         numerators.append(numerator)
     raise ValueError("Gaussian thresholding's table is too long: use a larger epsilon")
+
+
+def _below(x: Fraction) -> float:
+    """The largest float at most x."""
+    value = float(x)
+    return value if Fraction(value) <= x else math.nextafter(value, -math.inf)
 
 
 def _contexts() -> tuple[gmpy2.context, gmpy2.context]:

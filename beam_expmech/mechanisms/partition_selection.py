@@ -22,7 +22,7 @@ integer, fall below p(n) 2^BITS. A key held by at least ``always`` units is rele
 When a unit holds several keys, splitting epsilon L ways costs more than Gaussian thresholding
 (gaussian_thresholding.py: one noisy count per key, L2 sensitivity sqrt(L)), which releases keys by
 a table of the same kind. ``rule="best"`` takes the one that releases a key at fewer units with
-probability 1/2: a choice made from the public parameters alone.
+probability 1/2 (the optimal one below 4 keys a unit): a choice made from the public parameters alone.
 """
 
 from __future__ import annotations
@@ -39,13 +39,16 @@ from beam_expmech.mechanisms.randomness import RandomSource
 BITS = 64
 _MAX_STEPS = 1 << 20  # pi reaches 1 within about 2 ln(1 / delta) / epsilon steps
 RULES = ("best", "optimal", "gaussian")
+_GAUSSIAN_FROM = 4  # below 4 keys a unit the optimal rule needed fewer units wherever we looked (and "best" then
+# skips calibrating the Gaussian, which imports dp-accounting: 2 s of start-up)
 
 
 class PartitionSelection:
     """The release rule of (``epsilon``, ``delta``)-DP partition selection, ``max_keys`` keys per unit.
 
     ``rule``: "optimal" (the rule above at (epsilon / L, delta / L) per key), "gaussian" (Gaussian
-    thresholding), or "best" of the two for these parameters (the optimal one when L = 1).
+    thresholding), or "best" of the two for these parameters (the optimal one when L < 4, or where
+    Gaussian thresholding cannot be calibrated).
 
     Privacy: (epsilon, delta)-DP for the set of released keys, when each privacy unit holds at
     most ``max_keys`` of the keys and a key's n counts the distinct units that hold it.
@@ -62,12 +65,18 @@ class PartitionSelection:
                 f"delta / max_keys must be at least 2^-{BITS} (5.4e-20), got {self.delta / self.max_keys:g}"
             )
         self.gaussian: GaussianThreshold | None = None  # sigma^2 and T, when the Gaussian rule is the one
-        self.rule, self.numerators = "optimal", np.zeros(0, np.uint64)
-        if rule != "gaussian":
-            self.numerators = _envelope(Fraction(self.epsilon) / self.max_keys, Fraction(self.delta) / self.max_keys)
-        if rule == "gaussian" or (rule == "best" and self.max_keys > 1):
-            numerators, gaussian = gaussian_rule(epsilon=self.epsilon, delta=self.delta, max_keys=self.max_keys)
-            if rule == "gaussian" or _units_for_half(numerators) < _units_for_half(self.numerators):
+        if rule == "gaussian":
+            self.rule = "gaussian"
+            self.numerators, self.gaussian = gaussian_rule(epsilon=self.epsilon, delta=self.delta, max_keys=max_keys)
+            return
+        self.rule = "optimal"
+        self.numerators = _envelope(Fraction(self.epsilon) / self.max_keys, Fraction(self.delta) / self.max_keys)
+        if rule == "best" and self.max_keys >= _GAUSSIAN_FROM:
+            try:
+                numerators, gaussian = gaussian_rule(epsilon=self.epsilon, delta=self.delta, max_keys=self.max_keys)
+            except ValueError:  # parameters Gaussian thresholding cannot take (a tiny delta, a huge epsilon)
+                return
+            if _units_for_half(numerators) < _units_for_half(self.numerators):
                 self.rule, self.numerators, self.gaussian = "gaussian", numerators, gaussian
 
     @property

@@ -412,4 +412,9 @@ def as_batches(_shard: int, table: pa.Table | None, unit_column: str):
     wanted = np.arange(readers.BATCH_ROWS, table.num_rows, readers.BATCH_ROWS)
     cuts = np.unique(starts[np.minimum(np.searchsorted(starts, wanted), starts.size - 1)]) if starts.size else []
     for begin, end in zip([0, *cuts], [*cuts, table.num_rows], strict=True):
-        yield from table.slice(begin, end - begin).to_batches()
+        # One batch a slice: past 2 GiB of text a column stays in several chunks, whose edges may fall
+        # inside a unit; combined, a slice (about BATCH_ROWS rows) is one chunk again.
+        batches = table.slice(begin, end - begin).combine_chunks().to_batches()
+        if len(batches) > 1:
+            raise ValueError("a batch of the kept rows holds over 2 GiB of text in one column: use shorter values")
+        yield from batches

@@ -40,6 +40,7 @@ QUANTILES = "tests/audit/test_audit_quantiles.py"
 INPUT = "tests/audit/test_audit_input.py::test_each_unit_counts_min_k_of_its_valid_rows"
 ROWS = "tests/audit/test_audit_rows.py"
 KEYS = "tests/audit/test_audit_keys.py"
+SENSITIVITY = "tests/audit/test_audit_sensitivity.py"
 
 MUTANTS = [
     Mutant(
@@ -307,8 +308,8 @@ MUTANTS = [
     Mutant(
         "gaussian thresholding: the threshold pays for one new key a unit, not L",
         "beam_expmech/mechanisms/gaussian_thresholding.py",
-        "while max_keys * upper(m) >",
-        "while upper(m) >",
+        "if max_keys * tail <= budget:",
+        "if tail <= budget:",
         (f"{KEYS}::test_partition_selection_is_epsilon_delta_dp",),
     ),
     Mutant(
@@ -333,6 +334,13 @@ MUTANTS = [
         (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
     ),
     Mutant(
+        "bounding with keys: the final cut to K rows a unit left out (K rows a key, L K in all)",
+        "beam_expmech/transforms/bounding.py",
+        "return keep_lowest(kept, self.unit_column, self.max_rows)  # the final cut: K rows a unit",
+        "return kept",
+        (f"{SENSITIVITY}::test_one_more_unit_moves_at_most_l_keys_by_at_most_k_rows_and_one_unit",),
+    ),
+    Mutant(
         "select keys: each shard sends its kbar largest, not kbar + 1 (bottom misses the next count)",
         "beam_expmech/transforms/keys.py",
         "return largest(table, self.kbar + 1)",
@@ -349,8 +357,8 @@ MUTANTS = [
     Mutant(
         "select keys: the exponential mechanism after partition selection spends the whole epsilon too",
         "beam_expmech/transforms/keys.py",
-        "rest = self.epsilon * (1 - self.keys_share)",
-        "rest = self.epsilon",
+        "top_k(rows, min(self.k, len(candidates)), epsilon=self.rest,",
+        "top_k(rows, min(self.k, len(candidates)), epsilon=self.epsilon,",
         (f"{KEYS}::test_the_command_lines_key_selection_follows_its_definition",),
     ),
     Mutant(

@@ -30,6 +30,7 @@ from beam_expmech.accounting import zcdp_to_epsilon
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
 from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.transforms import keys
 from beam_expmech.transforms.keys import KEY, ROWS, UNITS
 from pipelines import select
 
@@ -187,18 +188,37 @@ SHIPPED = [("limited-domain", 2, 2, 2, 1, CLEAR), ("limited-domain", 3, 1, 1, 2,
 KEYS_FIRST = {"keys-then-exponential": keys_then_exponential_pmf, "keys-then-laplace": keys_then_laplace_pmf}
 
 
-def reference_rule(step):
-    """pi(n) of the partition selection the step runs, from its definition in floats (the rule it chose)."""
+def reference_rule(step, max_keys: int):
+    """pi(n) of partition selection at the command line's share (EPSILON / 2, DELTA, L), from its definition in
+    floats: the optimal rule's recursion, or P(Z >= T - n) for Gaussian thresholding at the sigma^2 and T that
+    test_gaussian_thresholding_is_the_gaussian_mechanism_thresholded checks against the same share."""
     rule = step.keys.rule
     if rule.gaussian is None:
-        return optimal_partition_rule(rule.epsilon, rule.delta, rule.max_keys)
+        return optimal_partition_rule(EPSILON * 0.5, DELTA, max_keys)
+    assert (rule.epsilon, rule.delta, rule.max_keys) == (EPSILON * 0.5, DELTA, max_keys)
     tail = gaussian_tail(float(rule.gaussian.sigma2))
     return lambda n: tail(rule.gaussian.threshold - n) if n > 0 else 0.0
 
 
+def second_stage_spends(monkeypatch, mechanism: str) -> list[float]:
+    """Record the epsilon / sensitivity each second-stage draw is given (the noise's inverse scale)."""
+    name = {"keys-then-laplace": "discrete_laplace_mechanism", "keys-then-exponential": "top_k"}[mechanism]
+    real, spent = getattr(keys, name), []
+
+    def recorded(*args, epsilon, sensitivity, **kwargs):
+        spent.append(epsilon / sensitivity)
+        return real(*args, epsilon=epsilon, sensitivity=sensitivity, **kwargs)
+
+    monkeypatch.setattr(keys, name, recorded)
+    return spent
+
+
 @pytest.mark.parametrize("mechanism,k,max_rows,max_keys,shards,data", SHIPPED)
-def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism, k, max_rows, max_keys, shards, data):
+def test_the_command_lines_key_selection_follows_its_definition(
+    audit, monkeypatch, mechanism, k, max_rows, max_keys, shards, data
+):
     rows, units = data
+    spent = second_stage_spends(monkeypatch, mechanism) if mechanism in KEYS_FIRST else []
     draws = []
     for seed in range(2_000):
         step = command_line_step(mechanism, k, max_rows, max_keys, seed)
@@ -208,7 +228,10 @@ def test_the_command_lines_key_selection_follows_its_definition(audit, mechanism
     else:
         assert step.keys.rule.rule == ("gaussian" if max_keys == 7 else "optimal")  # both rules are audited here
         # (the keys are PrivateKeys' for either second stage: Gaussian thresholding is audited once, below)
-        pmf = KEYS_FIRST[mechanism](rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys, reference_rule(step))
+        pmf = KEYS_FIRST[mechanism](rows, units, k, EPSILON, DELTA, 0.5, max_rows, max_keys,
+                                    reference_rule(step, max_keys))  # fmt: skip
+        # Exactly, beside the chi-square (which misses a scale 20% off): every draw at the rest of epsilon / K.
+        assert spent and set(spent) == {EPSILON * 0.5 / max_rows}
     record_sampler(audit, f"select keys {mechanism} k={k} K={max_rows} L={max_keys} {rows}", draws, pmf)
 
 

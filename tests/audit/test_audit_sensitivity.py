@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from audit_log import LONG
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from beam_expmech import halfspaces
@@ -144,6 +144,7 @@ def key_totals_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int,
     pieces=st.integers(1, 3),
     seed=st.integers(0, 2**16),
 )
+@example(units=[3, 5, 2], extra_rows=30, max_rows=2, max_keys=3, pieces=2, seed=7)  # the unit's K rows over 3 keys
 def test_one_more_unit_moves_at_most_l_keys_by_at_most_k_rows_and_one_unit(
     audit, units, extra_rows, max_rows, max_keys, pieces, seed
 ):
@@ -162,4 +163,6 @@ def test_one_more_unit_moves_at_most_l_keys_by_at_most_k_rows_and_one_unit(
     audit.check(subject, "keys moved by one unit <= L", cases=len(moves), worst=len(moved), bound=max_keys)
     audit.check(subject, "|rows move| <= K, |units move| <= 1", cases=len(moves),
                 worst=max([max(m[0] / max_rows, m[1]) for m in moved], default=0), bound=1)  # fmt: skip
+    audit.check(subject, "rows moved over all keys <= K (L1: keys-then-laplace's noise)", cases=len(moves),
+                worst=sum(m[0] for m in moved), bound=max_rows)  # fmt: skip
     assert set(before) <= set(after) and all((m >= 0).all() for m in moves)  # monotone: adding only adds
