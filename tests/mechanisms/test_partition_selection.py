@@ -35,6 +35,14 @@ def test_the_best_rule_is_the_optimal_one_for_one_key_a_unit_and_gaussian_thresh
     assert many.units_needed(0.5) < split.units_needed(0.5) / 2  # noise grows as sqrt(L), not L
 
 
+@pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-18), (60.0, 1e-6), (800.0, 1e-6)])
+def test_the_best_rule_is_the_optimal_one_where_gaussian_thresholding_cannot_be_calibrated(epsilon, delta):
+    rule = PartitionSelection(epsilon=epsilon, delta=delta, max_keys=5)
+    assert rule.rule == "optimal" and rule.units_needed(0.5) >= 1
+    with pytest.raises(ValueError, match="Gaussian thresholding"):
+        PartitionSelection(epsilon=epsilon, delta=delta, max_keys=5, rule="gaussian")
+
+
 def test_gaussian_thresholding_releases_more_as_more_units_hold_a_key():
     rule = PartitionSelection(epsilon=1.0, delta=1e-6, max_keys=5, rule="gaussian")
     probabilities = [rule.probability(n) for n in range(rule.always + 2)]
