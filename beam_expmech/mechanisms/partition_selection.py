@@ -65,15 +65,16 @@ class PartitionSelection:
                 f"delta / max_keys must be at least 2^-{BITS} (5.4e-20), got {self.delta / self.max_keys:g}"
             )
         self.gaussian: GaussianThreshold | None = None  # sigma^2 and T, when the Gaussian rule is the one
+        public = {"epsilon": self.epsilon, "delta": self.delta, "max_keys": self.max_keys}
         if rule == "gaussian":
             self.rule = "gaussian"
-            self.numerators, self.gaussian = gaussian_rule(epsilon=self.epsilon, delta=self.delta, max_keys=max_keys)
+            self.numerators, self.gaussian = gaussian_rule(**public)
             return
         self.rule = "optimal"
         self.numerators = _envelope(Fraction(self.epsilon) / self.max_keys, Fraction(self.delta) / self.max_keys)
         if rule == "best" and self.max_keys >= _GAUSSIAN_FROM:
             try:
-                numerators, gaussian = gaussian_rule(epsilon=self.epsilon, delta=self.delta, max_keys=self.max_keys)
+                numerators, gaussian = gaussian_rule(**public)
             except ValueError:  # parameters Gaussian thresholding cannot take (a tiny delta, a huge epsilon)
                 return
             if _units_for_half(numerators) < _units_for_half(self.numerators):

@@ -64,6 +64,8 @@ def _empty() -> pa.Table:
 
 def batch_key_counts(batch: pa.RecordBatch, key_column: str, unit_column: str | None, shards: int):
     """(key shard, RecordBatch[key, rows, units]) of one batch: its own totals per key, split by shard."""
+    if batch.column(key_column).null_count:  # a null has no label to release, and no order beside text
+        raise ValueError(f"KeyCounts needs {key_column} without nulls: route them to a dead letter (ValidateBatches)")
     table = pa.Table.from_batches([batch])
     if unit_column is None:
         counted = table.group_by(key_column).aggregate([([], "count_all")])

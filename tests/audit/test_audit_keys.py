@@ -10,6 +10,7 @@ events it pays for are frequent enough to show.
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 
 import gmpy2
@@ -126,7 +127,10 @@ def test_partition_selection_is_epsilon_delta_dp(audit, rule_name, max_keys):
     assert worst > DELTA / 20
 
 
-@pytest.mark.parametrize("epsilon,delta,max_keys", [(1.0, 1e-6, 2), (0.3, 1e-9, 5), (4.0, 0.05, 30)])
+@pytest.mark.parametrize(
+    "epsilon,delta,max_keys",
+    [(1.0, 1e-6, 2), (0.3, 1e-9, 5), (4.0, 0.05, 30), (0.05, 1e-12, 40), (EPSILON * 0.5, DELTA, 7)],
+)  # the last: the command line's share in test_the_command_lines_key_selection_follows_its_definition
 def test_gaussian_thresholding_is_the_gaussian_mechanism_thresholded(audit, epsilon, delta, max_keys):
     """The table is P(Z >= T - n) for the discrete Gaussian (floats, 1e-9); sigma^2 is (eps', delta / 2 - slack)-DP
     as L / (2 sigma^2)-zCDP (slack: the table's rounding), eps' = epsilon - ln(1 / (1 - delta / 2)); T is the least
@@ -135,7 +139,9 @@ def test_gaussian_thresholding_is_the_gaussian_mechanism_thresholded(audit, epsi
     sigma2, threshold = float(rule.gaussian.sigma2), rule.gaussian.threshold
     tail = gaussian_tail(sigma2)
     assert max_keys * tail(threshold - 1) <= delta / 2 < max_keys * tail(threshold - 2)
-    spent = zcdp_to_epsilon(max_keys / (2 * sigma2), delta=delta / 2 - np.exp(epsilon) * max_keys * 2.0**-60)
+    rounding = Fraction(2 * math.ceil(math.exp(epsilon) * (1 + 1e-9)) * max_keys, 1 << 62)  # >= (1 + e^eps) L 2^-62
+    noise_delta = Fraction(delta) / 2 - rounding
+    spent = zcdp_to_epsilon(max_keys / (2 * sigma2), delta=float(noise_delta) * (1 - 1e-15))  # rounded down
     assert spent <= epsilon + np.log1p(-delta / 2) and spent > 0.999 * (epsilon + np.log1p(-delta / 2))
     worst = max(abs(float(rule.probability(n)) - tail(threshold - n)) for n in range(1, rule.always + 3))
     audit.check(f"gaussian thresholding eps={epsilon} L={max_keys}", "table against P(Z >= T - n): max error",
@@ -182,7 +188,7 @@ NEAR_THRESHOLD = ([70, 60, 50, 45], [28, 25, 22, 30])  # 7 keys a unit: Gaussian
 SHIPPED = [("limited-domain", 2, 2, 2, 1, CLEAR), ("limited-domain", 3, 1, 1, 2, CLEAR),
            ("keys-then-exponential", 2, 2, 2, 2, FEW_UNITS), ("keys-then-exponential", 1, 1, 1, 1, FEW_UNITS),
            ("keys-then-exponential", 2, 1, 1, 2, CLOSE_ROWS),
-           ("keys-then-laplace", 2, 2, 2, 2, FEW_UNITS), ("keys-then-laplace", 1, 1, 1, 1, FEW_UNITS),
+           ("keys-then-laplace", 2, 2, 2, 2, FEW_UNITS), ("keys-then-laplace", 1, 1, 1, 2, FEW_UNITS),
            ("keys-then-laplace", 2, 1, 1, 2, CLOSE_ROWS), ("keys-then-laplace", 3, 1, 1, 1, TIED_ROWS),
            ("keys-then-laplace", 2, 7, 7, 2, NEAR_THRESHOLD)]  # fmt: skip
 KEYS_FIRST = {"keys-then-exponential": keys_then_exponential_pmf, "keys-then-laplace": keys_then_laplace_pmf}
@@ -191,7 +197,7 @@ KEYS_FIRST = {"keys-then-exponential": keys_then_exponential_pmf, "keys-then-lap
 def reference_rule(step, max_keys: int):
     """pi(n) of partition selection at the command line's share (EPSILON / 2, DELTA, L), from its definition in
     floats: the optimal rule's recursion, or P(Z >= T - n) for Gaussian thresholding at the sigma^2 and T that
-    test_gaussian_thresholding_is_the_gaussian_mechanism_thresholded checks against the same share."""
+    test_gaussian_thresholding_is_the_gaussian_mechanism_thresholded checks against the same share (L = 7)."""
     rule = step.keys.rule
     if rule.gaussian is None:
         return optimal_partition_rule(EPSILON * 0.5, DELTA, max_keys)

@@ -105,6 +105,11 @@ def test_few_keys_that_stand_out_release_fewer_than_k():
             assert_that(chosen, equal_to([[]]))  # a key of one unit: released with probability ~1e-6
 
 
+def test_null_keys_are_refused_they_belong_in_the_dead_letter():
+    with pytest.raises(ValueError, match="without nulls"):
+        list(batch_key_counts(pa.record_batch({"user": [1, 2], "query": ["a", None]}), "query", "user", 2))
+
+
 def test_the_accuracy_note_states_the_rule_and_the_second_stages_noise():
     few, many = (PrivateTopKeys(epsilon=1.0, delta=1e-6, k=3, max_rows=10, max_keys=L) for L in (1, 10))
     assert few.accuracy()["partition_selection"] == "optimal rule, per key"
