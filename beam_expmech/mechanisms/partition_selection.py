@@ -27,6 +27,7 @@ probability 1/2 (the optimal one below 4 keys a unit): a choice made from the pu
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -111,8 +112,9 @@ def _units_for_half(numerators: np.ndarray) -> int:
     return int(np.searchsorted(numerators, np.uint64(1 << (BITS - 1))))
 
 
+@functools.lru_cache(maxsize=16)  # a function of public parameters, built once per process
 def _envelope(epsilon: Fraction, delta: Fraction) -> np.ndarray:
-    """p(0), ..., p(T - 1) times 2^BITS (all < 2^BITS), where T is the first n with p(n) = 1."""
+    """p(0), ..., p(T - 1) times 2^BITS (all < 2^BITS), where T is the first n with p(n) = 1 (read-only: shared)."""
     down, up = contexts(BITS + 64)
     with down:
         grow = Fraction(to_fraction(down.exp(down.div(epsilon.numerator, epsilon.denominator))))  # <= e^eps
@@ -124,7 +126,9 @@ def _envelope(epsilon: Fraction, delta: Fraction) -> np.ndarray:
         rest = 1 - p - delta
         p = min(Fraction(1), grow * p + delta, 1 - shrink * rest if rest > 0 else Fraction(1))
         if p >= 1:
-            return np.array(numerators, dtype=np.uint64)
+            table = np.array(numerators, dtype=np.uint64)
+            table.flags.writeable = False
+            return table
         numerator = p.numerator * one // p.denominator  # rounded down to BITS bits
         numerators.append(numerator)
         p = Fraction(numerator, one)
