@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import create_runner
 
 _LOG = logging.getLogger(__name__)
 
@@ -38,14 +39,18 @@ def is_dask(beam_args: Sequence[str]) -> bool:
 
 
 def check_runner(beam_args: Sequence[str]) -> None:
-    """Before the charge: on Dask, that the runner is installed and its scheduler answers.
+    """Before the charge: that --runner names a runner, and on Dask that it is installed and its scheduler
+    answers (a ValueError for the user's mistakes, RunnerUnavailableError for a scheduler that does not).
 
-    Without the check, Beam would find an unreachable scheduler only once the job runs, after the
-    ledger reserved the budget: the run would then be recorded as failed and its budget spent for
-    nothing. Other runners are left to themselves (the DirectRunner needs nothing; Dataflow checks
-    its own project and credentials when the job is submitted).
+    Without the check, Beam would find either only once the job is built, after the ledger reserved
+    the budget: the run would then be recorded as failed and its budget spent for nothing. Other
+    runners are left to themselves (the DirectRunner needs nothing; Dataflow checks its own project
+    and credentials when the job is submitted).
     """
     if not is_dask(beam_args):
+        runner = pipeline_options(beam_args).view_as(StandardOptions).runner
+        if isinstance(runner, str):
+            create_runner(runner)  # "Unexpected pipeline runner: ...": a ValueError, exit code 2
         return
     if importlib.util.find_spec("distributed") is None:
         raise ValueError("--runner DaskRunner needs Dask: pip install 'beam-expmech[dask]'")

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.options.pipeline_options import StandardOptions
 from beam_data import purchases, write
 from public_tables import DATA, csv_path
 
@@ -59,10 +60,8 @@ def read_json(path: Path) -> dict:
 
 def test_the_short_name_is_the_dask_runner():
     for flags in (["--runner", "DaskRunner"], ["--runner=DaskRunner"]):
-        assert runners.pipeline_options(flags).view_as(runners.StandardOptions).runner == runners.DASK_RUNNER
-    assert runners.pipeline_options(["--runner", "DirectRunner"]).view_as(runners.StandardOptions).runner == (
-        "DirectRunner"
-    )
+        assert runners.pipeline_options(flags).view_as(StandardOptions).runner == runners.DASK_RUNNER
+    assert runners.pipeline_options(["--runner", "DirectRunner"]).view_as(StandardOptions).runner == ("DirectRunner")
 
 
 def test_select_with_a_privacy_unit_and_a_ledger(scheduler, tmp_path, caplog):
@@ -135,3 +134,17 @@ def test_an_unreachable_scheduler_is_one_line_before_any_charge(tmp_path, capsys
     assert err.count("\n") == 1 and f"tcp://127.0.0.1:{port} cannot be reached" in err and "Traceback" not in err
     assert Ledger(ledger).dataset("shop")["releases"] == []  # nothing charged
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_runner_beam_does_not_know_stops_before_any_charge(tmp_path, capsys):
+    write(purchases(500), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    capsys.readouterr()
+    code = console.run_cli(select.main, ["--input", str(tmp_path / "data.parquet"), "--column", "item",
+                                         "--candidate-range", "0:50", "--epsilon", "1",
+                                         "--output", str(tmp_path / "r.json"), "--budget-ledger", ledger,
+                                         "--dataset-id", "shop", "--runner", "DaskRuner"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Unexpected pipeline runner: DaskRuner" in err
+    assert Ledger(ledger).dataset("shop")["releases"] == []
