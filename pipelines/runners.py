@@ -4,15 +4,12 @@ know, a Dask scheduler checked before any budget is spent, and what a runner may
 from __future__ import annotations
 
 import importlib.util
-import logging
 import socket
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import create_runner
-
-_LOG = logging.getLogger(__name__)
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 # Runners Beam ships but does not resolve by their short name (it answers "Unexpected pipeline runner").
@@ -35,6 +32,7 @@ def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
 
 
 def is_dask(beam_args: Sequence[str]) -> bool:
+    """Whether --runner is Beam's Dask runner, by its short name or its qualified one."""
     return pipeline_options(beam_args).view_as(StandardOptions).runner == DASK_RUNNER
 
 
