@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 from pathlib import Path
 
@@ -23,26 +22,18 @@ from pipelines import ledger as ledger_cli
 
 distributed = pytest.importorskip("distributed")  # the test extra installs it
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def scheduler() -> str:
     """The address of a local Dask cluster of two worker processes, one thread each, for the whole module.
 
-    Its workers unpickle the job's steps, so they import this checkout's packages: PYTHONPATH names it, for
-    a checkout the editable install does not point at (a git worktree).
+    Its workers unpickle the job's steps, so they must import this checkout's packages, not another's: they
+    are spawned with this process's sys.path (multiprocessing's spawn passes it on), so they do, be it a
+    fresh clone installed with pip install -e or a git worktree beside it.
     """
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved]))
-    try:
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    finally:  # the workers have their environment; the rest of the session keeps its own
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-    with cluster:
+    # ":0": the scheduler's HTTP server (always on) on a free port, not 8787, which a cluster of another
+    # pytest-xdist worker may hold.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         yield cluster.scheduler_address
 
 
