@@ -152,14 +152,15 @@ def run_counting_job(
     beam_args: list[str],
     job: CountingJob | KeyCountingJob,
     write: Callable[[object], None] | None = None,
-) -> dict | None:
+) -> None:
     """Build ``counting_pipeline`` and run it to the end.
 
-    By default the release is a JSON-ready dict, written to --output and returned as read back;
-    ``write`` replaces that (and nothing is returned).
+    By default the release is a JSON-ready dict, written to --output (``read_release`` reads it back);
+    ``write`` replaces that. Returns once the release is written: in ``budget.charge``'s block, nothing
+    else, so that the ledger marks it done exactly when it is written.
     """
-    output, as_json = args.output, write is None
-    if as_json:
+    output = args.output
+    if write is None:
 
         def write(payload):
             writers.write_json(output, payload)
@@ -179,7 +180,18 @@ def run_counting_job(
         runners.close(result)
     # The release is written: from here on nothing may raise, or the ledger would mark a written release failed.
     log_row_counts(result, dead_letter_path(args.output, args.dead_letter))
-    return readers.read_json(output) if as_json else None
+
+
+def read_release(output: str) -> dict:
+    """The JSON release ``run_counting_job`` wrote, read back where the job was started: on a cluster a
+    worker wrote it, so --output must be a path this machine reaches too (gs://, a shared file system)."""
+    try:
+        return readers.read_json(output)
+    except OSError as error:
+        raise ValueError(
+            f"the release was written to {output}, but cannot be read back here ({type(error).__name__}): on a "
+            "cluster, --output must be a path the workers and this machine share (gs://, a shared file system)"
+        ) from None
 
 
 def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str) -> None:

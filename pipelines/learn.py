@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
     with budget.charge(args, step.cost, "learn"):  # before any row is read
-        released = job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
+        job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
+    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
     print(
         f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "
         f"candidates by the exponential mechanism, epsilon={args.epsilon:g}; release {args.output}"

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
     with budget.charge(args, step.cost, "quantiles"):  # before any row is read
-        released = job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
+        job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
+    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())
     print(f"{values}: {len(quantiles)} quantiles of {args.column}, epsilon={epsilon:g}; release {args.output}")
     return 0

@@ -172,9 +172,8 @@ def select_keys(args: argparse.Namespace, beam_args: list[str]) -> int:
         return 0
     runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
     with budget.charge(args, step.cost, "select", delta=step.delta):  # before any row is read
-        released = job.run_counting_job(
-            args, beam_args, job.KeyCountingJob(files, specs, args.column, step.max_keys, release)
-        )
+        job.run_counting_job(args, beam_args, job.KeyCountingJob(files, specs, args.column, step.max_keys, release))
+    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
     found = released["selected"]
     fewer = "" if len(found) == step.k else f" ({len(found)} of {step.k}: the others did not clear the threshold)"
     shown = ", ".join(json.dumps(key, ensure_ascii=False) for key in found)  # quoted: a key may hold any character
@@ -237,9 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
     with budget.charge(args, cost, "select"):  # before any row is read
-        released = job.run_counting_job(
+        job.run_counting_job(
             args, beam_args, job.CountingJob(files, specs, family, release_selection, shard_size=args.shard_size)
         )
+    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
 
     print(
         f"selected {', '.join(released['selected'])}: top-{args.top_k} of {family.num_candidates} candidates by "

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from beam_expmech import parameters
-from beam_expmech.io import readers, writers
+from beam_expmech.io import writers
 from beam_expmech.manifest import rows_per_unit
 from beam_expmech.synth import MAX_MEMORY
 from beam_expmech.transforms import GatherCounts, PrivateSynthesis
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             job.CountingJob(files, specs, family, release),
             write=lambda p: write_outputs(p, output, labels),
         )
-    manifest = readers.read_json(manifest_path(output))
+    manifest = job.read_release(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
     print(
         f"wrote {manifest['rows']:,} synthetic rows of {len(columns)} columns by {args.method}, "
