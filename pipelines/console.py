@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 from beam_expmech.io.errors import InputError, describe_error
 from beam_expmech.ledger import OverspendError
 from pipelines.job import JobFailedError
+from pipelines.runners import RunnerUnavailableError
 
-# Exit codes: the job failed after it started reading (its charge stays), a usage error (nothing spent), the
-# budget would be overspent (nothing spent).
+# Exit codes: the job failed after it started reading (its charge stays) or its runner cannot be reached
+# (found before the charge: nothing spent), a usage error (nothing spent), the budget would be overspent
+# (nothing spent).
 JOB_ERROR = 1
 USAGE_ERROR = 2
 BUDGET_ERROR = 3
@@ -38,6 +40,8 @@ def configure_logging(argv: Sequence[str]) -> None:
         root.addHandler(handler)
         root.setLevel(logging.WARNING)
     logging.getLogger("apache_beam").setLevel(logging.WARNING)  # even where a host set the root lower
+    # The Dask runner warns "The new default partition size is 128" at every step: it asks nothing of the user.
+    logging.getLogger("apache_beam.runners.dask.transform_evaluator").setLevel(logging.ERROR)
     for name in ("beam_expmech", "pipelines"):
         logging.getLogger(name).setLevel(level)
 
@@ -64,6 +68,6 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except OverspendError as error:
         print(f"error: {error}", file=sys.stderr)
         return BUDGET_ERROR
-    except JobFailedError as error:
+    except (JobFailedError, RunnerUnavailableError) as error:
         print(f"error: {error}", file=sys.stderr)
         return JOB_ERROR

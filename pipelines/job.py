@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_expmech.io import readers, writers
 from beam_expmech.io.errors import describe_error
@@ -27,6 +26,7 @@ from beam_expmech.transforms import (
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.keys import KeyCounts
 from beam_expmech.transforms.read import METRICS_NAMESPACE
+from pipelines import runners
 
 _LOG = logging.getLogger(__name__)
 
@@ -58,11 +58,12 @@ def read_valid_batches(
     specs: Sequence[ColumnSpec],
     dead_letter: str,
 ):
-    """col: RecordBatch of the rows that passed validation; the rest go to the ``dead_letter`` file."""
+    """col: RecordBatch of the rows that passed validation; the rest go to the ``dead_letter`` file, whose
+    write is the second PCollection returned (one element, once written)."""
     batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, [s.name for s in specs])
     checked = batches | "Validate" >> ValidateBatches(specs)
-    _ = checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter, [s.name for s in specs])
-    return checked.good
+    written = checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter, [s.name for s in specs])
+    return checked.good, written
 
 
 @dataclass(frozen=True)
@@ -110,18 +111,40 @@ def counting_pipeline(
     args: argparse.Namespace, beam_args: list[str], job: CountingJob | KeyCountingJob, write: Callable[[object], None]
 ) -> beam.Pipeline:
     """The job's graph, not yet run: read, validate, bound (with --privacy-unit), count, release, ``write`` it."""
-    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    pipeline = beam.Pipeline(options=runners.pipeline_options(beam_args))
     dead_letter = dead_letter_path(args.output, args.dead_letter)
-    batches = read_valid_batches(pipeline, job.files, args.format, job.specs, dead_letter)  # col: RecordBatch
+    batches, dead_letter_written = read_valid_batches(pipeline, job.files, args.format, job.specs, dead_letter)
     if args.privacy_unit:
         batches = batches | "Bound" >> job.bounding(args)
-    _ = (
+    release = (
         batches
         | "Count" >> job.counting(args)  # col: (shard, counts)
         | "Release" >> job.release  # col: the release, once
-        | "Write" >> beam.Map(write)
+    )
+    # The release is written last, once the dead letter is: a job that fails has released nothing, and one
+    # that wrote its release has nothing left to fail (the ledger marks it done). One last step is also
+    # what Beam's Dask runner needs: it computes only the graph's last step and what that step reads, so
+    # a write on a branch of its own, as the dead letter's was, would never run there.
+    _ = (
+        (release | "Tag" >> beam.Map(_as_release), dead_letter_written | "Done" >> beam.Map(_as_done))
+        | "Join" >> beam.Flatten()  # col: (is the release, payload), twice
+        | "After" >> beam.combiners.ToList()
+        | "Write" >> beam.Map(_write_release, write)
     )
     return pipeline
+
+
+def _as_release(payload: object) -> tuple[bool, object]:
+    return True, payload
+
+
+def _as_done(_: object) -> tuple[bool, None]:
+    return False, None
+
+
+def _write_release(joined: list[tuple[bool, object]], write: Callable[[object], None]) -> None:
+    (payload,) = [payload for is_release, payload in joined if is_release]
+    write(payload)
 
 
 def run_counting_job(
@@ -129,14 +152,15 @@ def run_counting_job(
     beam_args: list[str],
     job: CountingJob | KeyCountingJob,
     write: Callable[[object], None] | None = None,
-) -> dict | None:
+) -> None:
     """Build ``counting_pipeline`` and run it to the end.
 
-    By default the release is a JSON-ready dict, written to --output and returned as read back;
-    ``write`` replaces that (and nothing is returned).
+    By default the release is a JSON-ready dict, written to --output (``read_release`` reads it back);
+    ``write`` replaces that. Returns once the release is written: in ``budget.charge``'s block, nothing
+    else, so that the ledger marks it done exactly when it is written.
     """
-    output, as_json = args.output, write is None
-    if as_json:
+    output = args.output
+    if write is None:
 
         def write(payload):
             writers.write_json(output, payload)
@@ -145,14 +169,29 @@ def run_counting_job(
     _LOG.info(
         "running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(job.files), args.input
     )
+    result = None
     try:
         result = pipeline.run()
         result.wait_until_finish()
     except Exception as error:  # whatever the runner raises: the user gets one line, the ledger "failed"
         raise JobFailedError(f"the job failed: {describe_error(error)}; nothing was released, the budget "
                              "reserved for it stays spent") from error  # fmt: skip
+    finally:
+        runners.close(result)
+    # The release is written: from here on nothing may raise, or the ledger would mark a written release failed.
     log_row_counts(result, dead_letter_path(args.output, args.dead_letter))
-    return readers.read_json(output) if as_json else None
+
+
+def read_release(output: str) -> dict:
+    """The JSON release ``run_counting_job`` wrote, read back where the job was started: on a cluster a
+    worker wrote it, so --output must be a path this machine reaches too (gs://, a shared file system)."""
+    try:
+        return readers.read_json(output)
+    except OSError as error:
+        raise ValueError(
+            f"the release was written to {output}, but cannot be read back here ({type(error).__name__}): on a "
+            "cluster, --output must be a path the workers and this machine share (gs://, a shared file system)"
+        ) from None
 
 
 def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str) -> None:
@@ -161,7 +200,14 @@ def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str)
     further than the dead letter, and an exact count beside a release undoes its noise (the
     synthesize manifest's noisy row count)."""
     counts = {"rows_read": 0, "dead_letter_rows": 0}
-    for counter in result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]:
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
+    except Exception as error:  # optional: the Dask runner has none ("collecting metrics will come later!")
+        _LOG.info(
+            "the runner's counters are unavailable (%s); rejected rows, if any: %s", type(error).__name__, dead_letter
+        )
+        return
+    for counter in counters:
         if counter.key.metric.name in counts:
             counts[counter.key.metric.name] += counter.committed or counter.attempted or 0
     _LOG.debug("non-private: read %d rows; %d rejected", counts["rows_read"], counts["dead_letter_rows"])

@@ -26,11 +26,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from beam_expmech import parameters
-from beam_expmech.io import readers, writers
+from beam_expmech.io import writers
 from beam_expmech.manifest import rows_per_unit
 from beam_expmech.synth import MAX_MEMORY
 from beam_expmech.transforms import GatherCounts, PrivateSynthesis
-from pipelines import budget, console, domain_files, flags, job
+from pipelines import budget, console, domain_files, flags, job, runners
 
 
 def build_parser() -> flags.ArgumentParser:
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             "generator memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
     if budget.dry_run(args, cost, files, plan):
         return 0
+    runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
     with budget.charge(args, cost, "synthesize", delta=delta):  # before any row is read
         job.run_counting_job(
             args,
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             job.CountingJob(files, specs, family, release),
             write=lambda p: write_outputs(p, output, labels),
         )
-    manifest = readers.read_json(manifest_path(output))
+    manifest = job.read_release(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
     print(
         f"wrote {manifest['rows']:,} synthetic rows of {len(columns)} columns by {args.method}, "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
@@ -40,6 +41,13 @@ class ReadRecordBatches(beam.PTransform):
 
 
 class _Validate(beam.DoFn):
+    """col: RecordBatch | MalformedRows -> col: (GOOD, RecordBatch) or (DEAD, pa.Table).
+
+    Tags in the element, not Beam's tagged outputs: Beam's Dask runner (2.77) gives every consumer of
+    a multi-output ParDo all of its outputs, so bad rows would reach the counts and good ones the dead
+    letter. Two filters after it split them the same way on every runner.
+    """
+
     def __init__(self, specs: Sequence[ColumnSpec]):
         self.specs = list(specs)
         self.rows = Metrics.counter(METRICS_NAMESPACE, "rows_read")
@@ -49,22 +57,34 @@ class _Validate(beam.DoFn):
         if isinstance(batch, MalformedRows):  # the reader could not split these rows into fields
             self.rows.inc(batch.rows.num_rows)
             self.rejected.inc(batch.rows.num_rows)
-            yield beam.pvalue.TaggedOutput(DEAD, batch.rows)
+            yield DEAD, batch.rows
             return
         good, bad = validate(batch, self.specs)
         self.rows.inc(batch.num_rows)
         if good.num_rows:
-            yield good
+            yield GOOD, good
         if bad is not None:
             self.rejected.inc(bad.num_rows)
-            yield beam.pvalue.TaggedOutput(DEAD, bad)
+            yield DEAD, bad
+
+
+def _tagged(element: tuple, tag: str) -> Iterator:
+    if element[0] == tag:
+        yield element[1]
+
+
+class Validated(NamedTuple):
+    """What ``ValidateBatches`` returns: ``good`` (col: RecordBatch) and ``dead`` (col: pyarrow.Table)."""
+
+    good: beam.PCollection
+    dead: beam.PCollection
 
 
 class ValidateBatches(beam.PTransform):
     """Split each batch into good rows (typed) and bad rows (text, with a reason); rows the reader
     set aside (MalformedRows) are all bad.
 
-    Returns a tuple of PCollections with tags ``good`` (RecordBatch) and ``dead`` (pyarrow.Table).
+    Returns ``Validated``: ``good`` (RecordBatch) and ``dead`` (pyarrow.Table) PCollections.
     Bad rows are counted in the non-private counter ``dead_letter_rows``.
     """
 
@@ -72,8 +92,12 @@ class ValidateBatches(beam.PTransform):
         super().__init__()
         self.specs = list(specs)
 
-    def expand(self, batches):
-        return batches | beam.ParDo(_Validate(self.specs)).with_outputs(DEAD, main=GOOD)
+    def expand(self, batches) -> Validated:
+        tagged = batches | "Check" >> beam.ParDo(_Validate(self.specs))  # col: (GOOD | DEAD, rows)
+        return Validated(
+            good=tagged | "Good" >> beam.FlatMap(_tagged, GOOD),
+            dead=tagged | "Dead" >> beam.FlatMap(_tagged, DEAD),
+        )
 
 
 class _ConcatTables(beam.CombineFn):

@@ -1,0 +1,95 @@
+"""Which Beam runner a job runs on: the Beam options from the command line, short runner names Beam does not
+know, a Dask scheduler checked before any budget is spent, and what a runner may not offer (counters)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import socket
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import create_runner
+
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+# Runners Beam ships but does not resolve by their short name (it answers "Unexpected pipeline runner").
+SHORT_NAMES = {"DaskRunner": DASK_RUNNER}
+# How long the check before the charge waits for the scheduler, unless --dask_connection_timeout says.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+
+class RunnerUnavailableError(RuntimeError):
+    """The runner cannot be reached: found before any budget is charged, so nothing was spent."""
+
+
+def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
+    """Beam's options from the flags the command did not know, with a short runner name made the qualified one."""
+    options = PipelineOptions(list(beam_args))
+    standard = options.view_as(StandardOptions)
+    if isinstance(standard.runner, str) and standard.runner in SHORT_NAMES:
+        standard.runner = SHORT_NAMES[standard.runner]
+    return options
+
+
+def is_dask(beam_args: Sequence[str]) -> bool:
+    """Whether --runner is Beam's Dask runner, by its short name or its qualified one."""
+    return pipeline_options(beam_args).view_as(StandardOptions).runner == DASK_RUNNER
+
+
+def check_runner(beam_args: Sequence[str]) -> None:
+    """Before the charge: that --runner names a runner, and on Dask that it is installed and its scheduler
+    answers (a ValueError for the user's mistakes, RunnerUnavailableError for a scheduler that does not).
+
+    Without the check, Beam would find either only once the job is built, after the ledger reserved
+    the budget: the run would then be recorded as failed and its budget spent for nothing. Other
+    runners are left to themselves (the DirectRunner needs nothing; Dataflow checks its own project
+    and credentials when the job is submitted).
+    """
+    if not is_dask(beam_args):
+        runner = pipeline_options(beam_args).view_as(StandardOptions).runner
+        if isinstance(runner, str):
+            create_runner(runner)  # "Unexpected pipeline runner: ...": a ValueError, exit code 2
+        return
+    if importlib.util.find_spec("distributed") is None:
+        raise ValueError("--runner DaskRunner needs Dask: pip install 'beam-expmech[dask]'")
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    dask = pipeline_options(beam_args).view_as(DaskOptions)
+    if dask.address is None:  # a scheduler file, or no address: Beam starts a local cluster of its own
+        return
+    timeout = dask.timeout if isinstance(dask.timeout, int) else DEFAULT_CONNECT_TIMEOUT
+    host, port = _host_and_port(dask.address)
+    if host is None:  # another transport (inproc://, ucx://): left to Dask
+        return
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__  # "Connection refused", or "TimeoutError"
+        raise RunnerUnavailableError(
+            f"the Dask scheduler at {dask.address} cannot be reached ({reason}); nothing was spent"
+        ) from None
+
+
+def _host_and_port(address: str) -> tuple[str | None, int | None]:
+    """(host, port) of a tcp:// or tls:// address, or of a bare HOST:PORT (Dask reads it as tcp://)."""
+    parts = urlsplit(address if "://" in address else "tcp://" + address)
+    if parts.scheme not in ("tcp", "tls"):
+        return None, None
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise ValueError(f"--dask_client_address must be tcp://HOST:PORT, got {address!r}")
+    return parts.hostname, port
+
+
+def close(result: object) -> None:
+    """Let go of what the run holds on to: the Dask runner leaves its client connected to the scheduler."""
+    client = getattr(result, "client", None)
+    if client is None or not hasattr(client, "close"):
+        return
+    with contextlib.suppress(Exception):  # tidiness only: a lost connection does not fail a written release
+        client.close()

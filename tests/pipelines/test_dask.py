@@ -1,0 +1,141 @@
+"""Every pipeline on Beam's Dask runner, on a real two-process Dask cluster: the same release as the
+DirectRunner's under a test seed, the ledger, and a scheduler that cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import StandardOptions
+from beam_data import purchases, write
+from public_tables import DATA, csv_path
+
+from beam_expmech.ledger import Ledger
+from pipelines import console, learn, quantiles, runners, select, synthesize
+from pipelines import ledger as ledger_cli
+
+distributed = pytest.importorskip("distributed")  # the test extra installs it
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> str:
+    """The address of a local Dask cluster of two worker processes, one thread each, for the whole module.
+
+    Its workers unpickle the job's steps, so they must import this checkout's packages, not another's: they
+    are spawned with this process's sys.path (multiprocessing's spawn passes it on), so they do, be it a
+    fresh clone installed with pip install -e or a git worktree beside it.
+    """
+    # ":0": the scheduler's HTTP server (always on) on a free port, not 8787, which a cluster of another
+    # pytest-xdist worker may hold.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        yield cluster.scheduler_address
+
+
+def on_dask(address: str) -> list[str]:
+    return ["--runner", "DaskRunner", "--dask_client_address", address]  # the short name: ours, not Beam's
+
+
+def run(main, flags: list[str]) -> None:
+    assert main(flags) == 0
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_short_name_is_the_dask_runner():
+    for flags in (["--runner", "DaskRunner"], ["--runner=DaskRunner"]):
+        assert runners.pipeline_options(flags).view_as(StandardOptions).runner == runners.DASK_RUNNER
+    assert runners.pipeline_options(["--runner", "DirectRunner"]).view_as(StandardOptions).runner == ("DirectRunner")
+
+
+def test_select_with_a_privacy_unit_and_a_ledger(scheduler, tmp_path, caplog):
+    write(purchases(5_000, users=300), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    flags = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+             "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "0.5", "--top-k", "3",
+             "--seed", "7", "--budget-ledger", ledger, "--dataset-id", "shop"]  # fmt: skip
+    run(select.main, [*flags, "--output", str(tmp_path / "direct.json")])
+    with caplog.at_level(logging.INFO, logger="pipelines"):
+        run(select.main, [*flags, "--output", str(tmp_path / "dask.json"), *on_dask(scheduler)])
+    assert read_json(tmp_path / "dask.json") == read_json(tmp_path / "direct.json")
+    # No counters on Dask: said at INFO, and the run is done, as its release is written.
+    assert any("counters are unavailable" in r.message and r.levelno == logging.INFO for r in caplog.records)
+    assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["done", "done"]
+    assert (tmp_path / "dask.dead_letter.csv").read_text() == (tmp_path / "direct.dead_letter.csv").read_text()
+
+
+def test_quantiles_and_their_dead_letter(scheduler, tmp_path):
+    rng = np.random.default_rng(3)
+    values = rng.normal(50, 10, 5_000)
+    values[:3] = [np.nan, np.inf, -np.inf]  # rows for the dead letter, which Dask must write too
+    pq.write_table(pa.table({"x": values, "user": rng.integers(0, 500, values.size)}), tmp_path / "d.parquet")
+    flags = ["--input", str(tmp_path / "d.parquet"), "--column", "x", "--lower", "0", "--upper", "100",
+             "--quantiles", "0.1,0.5,0.9", "--epsilon", "1", "--privacy-unit", "user", "--max-rows-per-unit", "2",
+             "--bins", "1024", "--seed", "11"]  # fmt: skip
+    run(quantiles.main, [*flags, "--output", str(tmp_path / "direct.json")])
+    run(quantiles.main, [*flags, "--output", str(tmp_path / "dask.json"), *on_dask(scheduler)])
+    assert read_json(tmp_path / "dask.json") == read_json(tmp_path / "direct.json")
+    dead = sorted((tmp_path / "dask.dead_letter.csv").read_text().splitlines())
+    assert dead == sorted((tmp_path / "direct.dead_letter.csv").read_text().splitlines()) and len(dead) == 1 + 3
+
+
+def test_learn(scheduler, tmp_path):
+    nltcs = csv_path("nltcs")
+    features = ",".join(nltcs.read_text().splitlines()[0].split(",")[:3])
+    label = nltcs.read_text().splitlines()[0].split(",")[3]
+    flags = ["--input", str(nltcs), "--features", features, "--label", label, "--weights", "-1,0,1",
+             "--epsilon", "1", "--seed", "5"]  # fmt: skip
+    run(learn.main, [*flags, "--output", str(tmp_path / "direct.json")])
+    run(learn.main, [*flags, "--output", str(tmp_path / "dask.json"), *on_dask(scheduler)])
+    assert read_json(tmp_path / "dask.json") == read_json(tmp_path / "direct.json")
+
+
+def test_synthesize(scheduler, tmp_path):
+    flags = ["--input", str(csv_path("titanic")), "--domain", str(DATA / "titanic" / "domain.json"),
+             "--columns", "Survived,Pclass,Sex,Embarked", "--method", "mwem", "--rounds", "3", "--epsilon", "1",
+             "--seed", "9"]  # fmt: skip
+    run(synthesize.main, [*flags, "--output", str(tmp_path / "direct.csv")])
+    run(synthesize.main, [*flags, "--output", str(tmp_path / "dask.csv"), *on_dask(scheduler)])
+    assert (tmp_path / "dask.csv").read_bytes() == (tmp_path / "direct.csv").read_bytes()
+    assert read_json(tmp_path / "dask.manifest.json") == read_json(tmp_path / "direct.manifest.json")
+
+
+def test_an_unreachable_scheduler_is_one_line_before_any_charge(tmp_path, capsys):
+    write(purchases(500), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    with socket.socket() as free:  # a port nothing listens on once closed
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    capsys.readouterr()
+    code = console.run_cli(select.main, ["--input", str(tmp_path / "data.parquet"), "--column", "item",
+                                         "--candidate-range", "0:50", "--epsilon", "1",
+                                         "--output", str(tmp_path / "r.json"), "--budget-ledger", ledger,
+                                         "--dataset-id", "shop", *on_dask(f"tcp://127.0.0.1:{port}")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.count("\n") == 1 and f"tcp://127.0.0.1:{port} cannot be reached" in err and "Traceback" not in err
+    assert Ledger(ledger).dataset("shop")["releases"] == []  # nothing charged
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_runner_beam_does_not_know_stops_before_any_charge(tmp_path, capsys):
+    write(purchases(500), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    capsys.readouterr()
+    code = console.run_cli(select.main, ["--input", str(tmp_path / "data.parquet"), "--column", "item",
+                                         "--candidate-range", "0:50", "--epsilon", "1",
+                                         "--output", str(tmp_path / "r.json"), "--budget-ledger", ledger,
+                                         "--dataset-id", "shop", "--runner", "DaskRuner"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Unexpected pipeline runner: DaskRuner" in err
+    assert Ledger(ledger).dataset("shop")["releases"] == []
