@@ -55,7 +55,7 @@ def test_the_short_name_is_the_dask_runner():
     assert runners.pipeline_options(["--runner", "DirectRunner"]).view_as(StandardOptions).runner == ("DirectRunner")
 
 
-def test_select_with_a_privacy_unit_and_a_ledger(scheduler, tmp_path, caplog):
+def select_with_a_privacy_unit_and_a_ledger(scheduler, tmp_path, caplog):
     write(purchases(5_000, users=300), tmp_path / "data.parquet", "parquet")
     ledger = str(tmp_path / "ledger.json")
     assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
@@ -72,7 +72,7 @@ def test_select_with_a_privacy_unit_and_a_ledger(scheduler, tmp_path, caplog):
     assert (tmp_path / "dask.dead_letter.csv").read_text() == (tmp_path / "direct.dead_letter.csv").read_text()
 
 
-def test_quantiles_and_their_dead_letter(scheduler, tmp_path):
+def quantiles_and_their_dead_letter(scheduler, tmp_path, _caplog):
     rng = np.random.default_rng(3)
     values = rng.normal(50, 10, 5_000)
     values[:3] = [np.nan, np.inf, -np.inf]  # rows for the dead letter, which Dask must write too
@@ -87,7 +87,7 @@ def test_quantiles_and_their_dead_letter(scheduler, tmp_path):
     assert dead == sorted((tmp_path / "direct.dead_letter.csv").read_text().splitlines()) and len(dead) == 1 + 3
 
 
-def test_learn(scheduler, tmp_path):
+def learn_on_nltcs(scheduler, tmp_path, _caplog):
     nltcs = csv_path("nltcs")
     features = ",".join(nltcs.read_text().splitlines()[0].split(",")[:3])
     label = nltcs.read_text().splitlines()[0].split(",")[3]
@@ -98,7 +98,7 @@ def test_learn(scheduler, tmp_path):
     assert read_json(tmp_path / "dask.json") == read_json(tmp_path / "direct.json")
 
 
-def test_synthesize(scheduler, tmp_path):
+def synthesize_titanic(scheduler, tmp_path, _caplog):
     flags = ["--input", str(csv_path("titanic")), "--domain", str(DATA / "titanic" / "domain.json"),
              "--columns", "Survived,Pclass,Sex,Embarked", "--method", "mwem", "--rounds", "3", "--epsilon", "1",
              "--seed", "9"]  # fmt: skip
@@ -106,6 +106,15 @@ def test_synthesize(scheduler, tmp_path):
     run(synthesize.main, [*flags, "--output", str(tmp_path / "dask.csv"), *on_dask(scheduler)])
     assert (tmp_path / "dask.csv").read_bytes() == (tmp_path / "direct.csv").read_bytes()
     assert read_json(tmp_path / "dask.manifest.json") == read_json(tmp_path / "direct.manifest.json")
+
+
+def test_every_pipeline_releases_on_dask_what_it_releases_on_the_direct_runner(scheduler, tmp_path, caplog):
+    """One test, so that one cluster serves them all whatever the test processes (a cluster costs seconds)."""
+    checks = (select_with_a_privacy_unit_and_a_ledger, quantiles_and_their_dead_letter, learn_on_nltcs,
+              synthesize_titanic)  # fmt: skip
+    for check in checks:
+        (tmp_path / check.__name__).mkdir()
+        check(scheduler, tmp_path / check.__name__, caplog)
 
 
 def test_an_unreachable_scheduler_is_one_line_before_any_charge(tmp_path, capsys):
