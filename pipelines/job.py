@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
+from beam_expmech.accounting import Release
 from beam_expmech.io import readers, writers
 from beam_expmech.io.errors import describe_error
 from beam_expmech.io.validation import ColumnSpec
@@ -26,7 +27,7 @@ from beam_expmech.transforms import (
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.keys import KeyCounts
 from beam_expmech.transforms.read import METRICS_NAMESPACE
-from pipelines import runners
+from pipelines import budget, runners
 
 _LOG = logging.getLogger(__name__)
 
@@ -180,6 +181,24 @@ def run_counting_job(
         runners.close(result)
     # The release is written: from here on nothing may raise, or the ledger would mark a written release failed.
     log_row_counts(result, dead_letter_path(args.output, args.dead_letter))
+
+
+def run_charged(
+    args: argparse.Namespace,
+    beam_args: list[str],
+    job: CountingJob | KeyCountingJob,
+    cost: Release,
+    pipeline: str,
+    *,
+    delta: float = 0.0,
+) -> dict:
+    """The JSON release of ``job``, charged: the runner checked first (a Dask scheduler that does not
+    answer: nothing spent), ``cost`` charged before any row is read, and the release read back after the
+    charge's block, so that the ledger marks the run done exactly when the release is written."""
+    runners.check_runner(beam_args)
+    with budget.charge(args, cost, pipeline, delta=delta):
+        run_counting_job(args, beam_args, job)
+    return read_release(args.output)
 
 
 def read_release(output: str) -> dict:

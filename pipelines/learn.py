@@ -27,7 +27,7 @@ from beam_expmech.manifest import BETA, rows_per_unit
 from beam_expmech.mechanisms import accuracy_bound
 from beam_expmech.predicates import MarginalCounts
 from beam_expmech.transforms import GatherCounts, PrivateHalfspace
-from pipelines import budget, console, flags, job, runners
+from pipelines import budget, console, flags, job
 
 
 def build_parser() -> flags.ArgumentParser:
@@ -135,10 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     release = GatherCounts() | step | "Manifest" >> beam.Map(lambda weights: {"weights": weights, **public})
     if budget.dry_run(args, step.cost, files, public):
         return 0
-    runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
-    with budget.charge(args, step.cost, "learn"):  # before any row is read
-        job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
-    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
+    released = job.run_charged(args, beam_args, job.CountingJob(files, specs, family, release), step.cost, "learn")
     print(
         f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "
         f"candidates by the exponential mechanism, epsilon={args.epsilon:g}; release {args.output}"

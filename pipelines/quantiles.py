@@ -25,7 +25,7 @@ from beam_expmech.mechanisms.quantile import rank_error_bound
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.transforms import GatherCounts, PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
-from pipelines import budget, console, flags, job, runners
+from pipelines import budget, console, flags, job
 
 
 def build_parser() -> flags.ArgumentParser:
@@ -120,10 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     release = GatherCounts() | step | "Manifest" >> beam.Map(lambda values: {"quantiles": values, **public})
     if budget.dry_run(args, step.cost, files, public):
         return 0
-    runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
-    with budget.charge(args, step.cost, "quantiles"):  # before any row is read
-        job.run_counting_job(args, beam_args, job.CountingJob(files, specs, family, release))
-    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
+    released = job.run_charged(args, beam_args, job.CountingJob(files, specs, family, release), step.cost, "quantiles")
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())
     print(f"{values}: {len(quantiles)} quantiles of {args.column}, epsilon={epsilon:g}; release {args.output}")
     return 0

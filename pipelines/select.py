@@ -35,7 +35,7 @@ from beam_expmech.transforms import PrivateSelect
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.keys import MECHANISMS as KEY_MECHANISMS
 from beam_expmech.transforms.keys import PrivateTopKeys
-from pipelines import budget, console, flags, job, runners
+from pipelines import budget, console, flags, job
 
 # Every candidate's count exists somewhere (the candidate set is public, zeros included): 2^32 of them
 # are 32 GiB of counts across the workers, in 4,096 shards of the default size.
@@ -170,10 +170,8 @@ def select_keys(args: argparse.Namespace, beam_args: list[str]) -> int:
     release = step | "Labels" >> beam.Map(lambda chosen: {"selected": chosen, **public})
     if budget.dry_run(args, step.cost, files, public):
         return 0
-    runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
-    with budget.charge(args, step.cost, "select", delta=step.delta):  # before any row is read
-        job.run_counting_job(args, beam_args, job.KeyCountingJob(files, specs, args.column, step.max_keys, release))
-    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
+    counting = job.KeyCountingJob(files, specs, args.column, step.max_keys, release)
+    released = job.run_charged(args, beam_args, counting, step.cost, "select", delta=step.delta)
     found = released["selected"]
     fewer = "" if len(found) == step.k else f" ({len(found)} of {step.k}: the others did not clear the threshold)"
     shown = ", ".join(json.dumps(key, ensure_ascii=False) for key in found)  # quoted: a key may hold any character
@@ -234,12 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     release_selection = select | "Labels" >> beam.Map(lambda chosen: {"selected": family.labels(chosen), **public})
     if budget.dry_run(args, cost, files, public):
         return 0
-    runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
-    with budget.charge(args, cost, "select"):  # before any row is read
-        job.run_counting_job(
-            args, beam_args, job.CountingJob(files, specs, family, release_selection, shard_size=args.shard_size)
-        )
-    released = job.read_release(args.output)  # after the charge's block: the ledger marks done when written
+    counting = job.CountingJob(files, specs, family, release_selection, shard_size=args.shard_size)
+    released = job.run_charged(args, beam_args, counting, cost, "select")
 
     print(
         f"selected {', '.join(released['selected'])}: top-{args.top_k} of {family.num_candidates} candidates by "

@@ -38,6 +38,7 @@ import gmpy2
 import numpy as np
 
 from beam_expmech.accounting import epsilon_to_zcdp
+from beam_expmech.mechanisms.intervals import contexts
 
 BITS = 64
 PRECISION = 320
@@ -53,10 +54,6 @@ class GaussianThreshold:
 
     sigma2: Fraction
     threshold: int
-
-    @property
-    def sigma(self) -> float:
-        return math.sqrt(self.sigma2)
 
 
 def calibrate(*, epsilon: float, delta: float, max_keys: int) -> GaussianThreshold:
@@ -75,7 +72,7 @@ def calibrate(*, epsilon: float, delta: float, max_keys: int) -> GaussianThresho
     if sigma2 > _MAX_SIGMA2:
         raise ValueError(f"Gaussian thresholding at epsilon={epsilon:g}, delta={delta:g} needs too much noise")
     tails, budget = _Tails(sigma2), gmpy2.mpq(delta_threshold.numerator, delta_threshold.denominator)
-    _, up = _contexts()
+    _, up = contexts(PRECISION)
     m = 1
     while True:  # the least m with L P(Z >= m) <= delta / 2: P(any key held by this unit alone is released)
         tail = tails.upper(m)
@@ -92,7 +89,7 @@ def gaussian_rule(*, epsilon: float, delta: float, max_keys: int) -> tuple[np.nd
     (the table is read-only: it is shared)."""
     chosen = calibrate(epsilon=epsilon, delta=delta, max_keys=max_keys)
     tails, one = _Tails(chosen.sigma2), 1 << BITS
-    down, _ = _contexts()
+    down, _ = contexts(PRECISION)
     numerators = [0]
     for n in range(1, _MAX_ENTRIES):
         m = chosen.threshold - n  # p(n) = P(Z >= m) = 1 - P(Z >= 1 - m) for m <= 0 (Z is symmetric)
@@ -113,11 +110,6 @@ def _below(x: Fraction) -> float:
     return value if Fraction(value) <= x else math.nextafter(value, -math.inf)
 
 
-def _contexts() -> tuple[gmpy2.context, gmpy2.context]:
-    return (gmpy2.context(precision=PRECISION, round=gmpy2.RoundDown),
-            gmpy2.context(precision=PRECISION, round=gmpy2.RoundUp))  # fmt: skip
-
-
 def _one_minus(x: gmpy2.mpfr, context: gmpy2.context) -> gmpy2.mpfr:
     with context:
         return 1 - x
@@ -127,7 +119,7 @@ class _Tails:
     """Bounds on P(Z >= m), m >= 1, for the discrete Gaussian of variance parameter ``sigma2``."""
 
     def __init__(self, sigma2: Fraction):
-        self.down, self.up = _contexts()
+        self.down, self.up = contexts(PRECISION)
         # Past z = cut, exp(-z^2 / (2 sigma^2)) < 2^-_CUT, and the weights from there add up to under 2^-_REST.
         cut = math.isqrt(math.ceil(2 * sigma2 * _CUT * math.log(2)) + 1) + 2
         self.suffix_down = self._suffix(sigma2, cut, self.down, gmpy2.mpfr(0))

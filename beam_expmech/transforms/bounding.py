@@ -135,11 +135,7 @@ def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     # One sort key: the unit's code above its row's priority. (Equal priorities, 2^-32 a pair,
     # fall back on the sort's order: a negligible tilt of which rows are kept, not of how many.)
     order = np.argsort((codes.astype(np.uint64) << np.uint64(32)) | table.column(PRIORITY).to_numpy())
-    unit = codes[order]
-    first = np.ones(order.size, bool)
-    first[1:] = unit[1:] != unit[:-1]
-    rank = np.arange(order.size) - np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
-    return table.take(pa.array(order[rank < max_rows]))
+    return table.take(pa.array(order[_ranks(codes[order]) < max_rows]))
 
 
 def keep_lowest_keys(
