@@ -166,8 +166,8 @@ MUTANTS = [
     Mutant(
         "bounding keeps K + 1 rows per unit",
         "beam_expmech/transforms/bounding.py",
-        "return table.take(pa.array(order[rank < max_rows]))",
-        "return table.take(pa.array(order[rank <= max_rows]))",
+        "return table.take(pa.array(order[_ranks(codes[order]) < max_rows]))",
+        "return table.take(pa.array(order[_ranks(codes[order]) <= max_rows]))",
         (f"{INPUT}[float_units]",),
     ),
     Mutant(
