@@ -40,6 +40,11 @@ def match_files(pattern: str) -> list[str]:
     return files
 
 
+def total_size(pattern: str) -> int:
+    """The bytes of the files a path or glob names (what bounding sizes its shards by)."""
+    return sum(m.size_in_bytes for m in FileSystems.match([pattern])[0].metadata_list)
+
+
 def file_format(path: str, declared: str | None = None) -> str:
     """The declared format, or the one the extension names (.parquet/.pq, .csv, .avro)."""
     if declared is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,7 +28,7 @@ from beam_expmech.mechanisms.exponential import top_k
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k, margin
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
 from beam_expmech.mechanisms.randomness import stream_source
-from beam_expmech.transforms.bounding import split_by_shard
+from beam_expmech.transforms.bounding import unit_hash
 
 KEY, ROWS, UNITS = "key", "rows", "units"
 _COMPACT_ROWS = 1 << 17
@@ -78,7 +79,18 @@ def batch_key_counts(batch: pa.RecordBatch, key_column: str, unit_column: str | 
                                                         for c in (counted.column("count_all"), units))],
         names=[KEY, ROWS, UNITS],
     )  # fmt: skip
-    return split_by_shard(counted, KEY, shards)  # the key's stable hash picks its shard
+    return by_key_shard(counted, shards)
+
+
+def by_key_shard(batch: pa.RecordBatch, shards: int):
+    """(shard, the batch's rows of that shard): a key's stable hash picks its shard."""
+    shard = (unit_hash(batch.column(KEY)) % np.uint64(shards)).astype(np.uint16)
+    order = np.argsort(shard, kind="stable")  # a radix sort for 16-bit keys
+    bounds = np.searchsorted(shard[order], np.arange(shards + 1))
+    for s in range(shards):
+        if bounds[s + 1] > bounds[s]:
+            # take, not slice: a pickled slice would carry the whole batch's buffers to every shard
+            yield s, batch.take(pa.array(order[bounds[s] : bounds[s + 1]]))
 
 
 class KeyCounts(beam.PTransform):

@@ -164,11 +164,25 @@ MUTANTS = [
         (f"{QUANTILES}::test_joint_exp_pmf[1]",),
     ),
     Mutant(
-        "bounding keeps K + 1 rows per unit",
+        "bounding keeps K + 1 rows of a unit where no unit has more",
         "beam_expmech/transforms/bounding.py",
-        "return table.take(pa.array(order[_ranks(codes[order]) < max_rows]))",
-        "return table.take(pa.array(order[_ranks(codes[order]) <= max_rows]))",
-        (f"{INPUT}[float_units]",),
+        "    if sizes.max() <= k:",
+        "    if sizes.max() <= k + 1:",
+        ("tests/transforms/test_bounding.py::test_no_unit_contributes_more_than_k_rows",),
+    ),
+    Mutant(
+        "bounding keeps K + 1 rows per unit where it ranks by lexsort (shared hash bits, tied priorities)",
+        "beam_expmech/transforms/bounding.py",
+        "    return order[_ranks(np.cumsum(new)) < k]",
+        "    return order[_ranks(np.cumsum(new)) <= k]",
+        ("tests/transforms/test_bounding.py::test_lowest_keeps_what_a_lexsort_keeps",),
+    ),
+    Mutant(
+        "two text units of one hash bounded as one (their rows are not compared)",
+        "beam_expmech/transforms/bounding.py",
+        "    if units is None or new.all():",
+        "    if True:",
+        ("tests/transforms/test_bounding.py::test_text_units_of_one_hash_are_still_two_units",),
     ),
     Mutant(
         "bounding keeps L + 1 keys per unit",
@@ -336,8 +350,8 @@ MUTANTS = [
     Mutant(
         "bounding with keys: the final cut to K rows a unit left out (K rows a key, L K in all)",
         "beam_expmech/transforms/bounding.py",
-        "return keep_lowest(kept, self.unit_column, self.max_rows)  # the final cut: K rows a unit",
-        "return kept",
+        "return _by_bucket([accumulator.kept.table], self._rows_rule)  # the final cut: K rows a unit",
+        "return accumulator.kept.table",
         (f"{SENSITIVITY}::test_one_more_unit_moves_at_most_l_keys_by_at_most_k_rows_and_one_unit",),
     ),
     Mutant(

@@ -19,11 +19,13 @@ from sampling import assert_follows
 
 from beam_expmech.io import readers
 from beam_expmech.transforms.bounding import (
+    HASH,
     PRIORITY,
     BoundContributions,
     KeepLowestPerUnit,
-    PackedTable,
+    Rows,
     _key_ranks,
+    _lowest,
     _sorting_order,
     as_batches,
     keep_lowest,
@@ -46,6 +48,7 @@ def bound(batches, k, shards, seed=None, max_keys=None):
     ``max_keys`` (L), at most L values of the column "key" a unit, as the transform does it."""
     salt = None if max_keys is None else key_salt(seed)
     combine = KeepLowestPerUnit("unit", k) if max_keys is None else KeepLowestPerUnit("unit", k, "key", max_keys, salt)
+    combine.budget = 5  # compact as parts arrive, as at scale
     accumulators = {}
     for i, batch in enumerate(batches):
         batch = with_priorities(batch, seed)
@@ -53,7 +56,18 @@ def bound(batches, k, shards, seed=None, max_keys=None):
             pair = accumulators.setdefault(shard, [combine.create_accumulator(), combine.create_accumulator()])
             pair[i % 2] = combine.add_input(pair[i % 2], part)
     tables = [combine.extract_output(combine.merge_accumulators(pair)) for pair in accumulators.values()]
-    return pa.concat_tables([t.drop_columns([PRIORITY]) for t in tables if t is not None])
+    return pa.concat_tables([t.drop_columns([PRIORITY, HASH]) for t in tables if t is not None])
+
+
+def one_shard(batch: pa.RecordBatch) -> Rows:
+    """The batch as KeepLowestPerUnit takes it: with its unit hashes, in their order (split_by_shard, one shard)."""
+    (shard, rows), *more = split_by_shard(batch, "unit", 1) if batch.num_rows else [(0, Rows(empty(batch)))]
+    assert shard == 0 and not more
+    return rows
+
+
+def empty(batch: pa.RecordBatch) -> pa.Table:
+    return pa.Table.from_batches([batch]).append_column(HASH, pa.array([], pa.uint64()))
 
 
 @settings(max_examples=60, deadline=None)
@@ -229,7 +243,7 @@ def test_partial_results_merge_in_any_order_to_one_pass(n, k, max_keys, pieces, 
     rows = zip(rng.integers(0, 3, n).tolist(), rng.integers(0, 6, n).tolist(), strict=True)  # units of many keys
     whole = with_priorities(keyed_table(list(rows)).to_batches()[0], 1)
     combine = KeepLowestPerUnit("unit", k, "key", max_keys, key_salt(1))
-    one_pass = combine.extract_output(combine.add_input(combine.create_accumulator(), whole))
+    one_pass = combine.extract_output(combine.add_input(combine.create_accumulator(), one_shard(whole)))
     reference = one_pass_reference(pa.Table.from_batches([whole]), k, max_keys, key_salt(1))
     assert set(one_pass.column("row").to_pylist()) == reference
 
@@ -239,9 +253,9 @@ def test_partial_results_merge_in_any_order_to_one_pass(n, k, max_keys, pieces, 
     accumulators = []
     for batch in batches:  # some batches join an accumulator already holding others; most are compacted
         if accumulators and rng.random() < 0.3:
-            accumulators[-1] = combine.add_input(accumulators[-1], batch)
+            accumulators[-1] = combine.add_input(accumulators[-1], one_shard(batch))
         else:
-            accumulators.append(combine.add_input(combine.create_accumulator(), batch))
+            accumulators.append(combine.add_input(combine.create_accumulator(), one_shard(batch)))
         if rng.random() < 0.7:
             accumulators[-1] = combine.compact(accumulators[-1])
     while len(accumulators) > 1:  # merge random groups, in random order, compacting some on the way
@@ -327,18 +341,22 @@ def test_sorting_order_is_a_stable_argsort_whatever_the_values():
 
 
 def test_an_accumulator_pickles_packed_and_merges_as_before():
-    """Pickled (between workers, in the shuffle) an accumulator's tables are compressed IPC: unpacked
-    where used, the same rows come out, and a merge of one accumulator leaves its input untouched."""
+    """Pickled (between workers, in the shuffle) an accumulator's tables are compressed IPC: the same rows
+    come out, a pickled slice carries its own rows only, and a merge of one accumulator leaves its input
+    untouched."""
     rng = np.random.default_rng(3)
     table = keyed_table(list(zip(rng.integers(0, 9, 300).tolist(), rng.integers(0, 5, 300).tolist(), strict=True)))
     batches = pa.Table.from_batches([with_priorities(table.to_batches()[0], 2)]).to_batches(max_chunksize=70)
+    parts = [part for batch in batches for _, part in split_by_shard(batch, "unit", 1)]
     combine = KeepLowestPerUnit("unit", 3, "key", 2, key_salt(2))
-    accumulator = combine.compact(combine.add_input(combine.create_accumulator(), batches[0]))
-    for batch in batches[1:]:
-        accumulator = combine.add_input(accumulator, batch)  # kept, and batches pending
+    accumulator = combine.compact(combine.add_input(combine.create_accumulator(), parts[0]))
+    for part in parts[1:]:
+        accumulator = combine.add_input(accumulator, part)  # kept, and parts pending
     expected = combine.extract_output(copy.deepcopy(accumulator))
     shipped = pickle.loads(pickle.dumps(accumulator))
-    assert isinstance(shipped.kept, PackedTable) and all(isinstance(p, PackedTable) for p in shipped.pending)
+    assert isinstance(shipped.kept, Rows) and all(isinstance(p, Rows) for p in shipped.pending)
+    whole = pa.table({"x": np.arange(100_000)})
+    assert len(pickle.dumps(Rows(whole.slice(0, 10)))) < len(pickle.dumps(Rows(whole))) / 100
     pending = list(shipped.pending)
     merged = combine.merge_accumulators([combine.create_accumulator(), shipped])
     assert shipped.pending == pending  # the second input is not modified
@@ -399,8 +417,52 @@ def test_a_units_kept_rows_never_straddle_two_batches(monkeypatch):
     rng = np.random.default_rng(0)
     units = np.repeat(np.arange(40), rng.integers(1, 4, 40))
     table = pa.table({"unit": units, "x": np.arange(units.size), PRIORITY: np.zeros(units.size, np.uint32)})
-    out = list(as_batches(0, keep_lowest(table, "unit", 3), "unit"))
+    out = list(as_batches(0, keep_lowest(table, "unit", 3)))
     seen = [set(batch.column("unit").to_pylist()) for batch in out]
     assert sum(len(s) for s in seen) == len(set().union(*seen)) == 40  # each unit in exactly one batch
     assert sum(batch.num_rows for batch in out) == units.size and max(b.num_rows for b in out) <= 7 + 2
-    assert len(out) > 5 and PRIORITY not in out[0].schema.names
+    assert len(out) > 5 and PRIORITY not in out[0].schema.names and HASH not in out[0].schema.names
+
+
+def thue_morse_pair(length: int = 1024) -> tuple[str, str]:
+    """Two texts of one length whose polynomial hashes modulo 2^64 are equal (for any odd base)."""
+    bits = [0]
+    while len(bits) < length:
+        bits += [1 - b for b in bits]
+    return "".join("ab"[b] for b in bits[:length]), "".join("ba"[b] for b in bits[:length])
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_text_units_of_one_hash_are_still_two_units(shards):
+    first, second = thue_morse_pair()
+    assert unit_hash(pa.array([first]))[0] == unit_hash(pa.array([second]))[0]
+    units = [first, second, "other"] * 5
+    table = pa.table({"unit": units, "row": np.arange(len(units))})
+    for seed in range(5):
+        kept = bound(table.to_batches(max_chunksize=4), 2, shards, seed)
+        assert Counter(kept.column("unit").to_pylist()) == {first: 2, second: 2, "other": 2}
+    kept = keep_lowest(pa.Table.from_batches([with_priorities(table.to_batches()[0], 1)]), "unit", 3)
+    assert Counter(kept.column("unit").to_pylist()) == {first: 3, second: 3, "other": 3}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=60),
+    k=st.integers(1, 4),
+    base=st.sampled_from([0, 2**40, 2**64 - 16]),
+)
+def test_lowest_keeps_what_a_lexsort_keeps(rows, k, base):
+    """Units whose hashes differ in low bits only (which the fast path's first sort does not see) and
+    priorities that tie: each unit's k lowest (priority, position), as a lexsort ranks them."""
+    hashes = np.array([base + unit for unit, _ in rows], np.uint64)
+    priorities = np.array([p for _, p in rows], np.uint32)
+    order = np.lexsort((np.arange(len(rows)), priorities, hashes))
+    rank = Counter()
+    expected = set()
+    for position in order:
+        rank[hashes[position]] += 1
+        if rank[hashes[position]] <= k:
+            expected.add(int(position))
+    kept = _lowest(hashes, priorities, k)
+    assert sorted(kept.tolist()) == sorted(expected)
+    assert np.all(np.diff(hashes[kept].astype(np.float64)) >= 0) or base == 0  # in the order of the hash
