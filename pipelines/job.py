@@ -24,7 +24,7 @@ from beam_expmech.transforms import (
     ValidateBatches,
     WriteDeadLetter,
 )
-from beam_expmech.transforms.bounding import shards_for
+from beam_expmech.transforms.bounding import DEFAULT_BOUNDING_SHARDS, shards_for
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.keys import KeyCounts
 from beam_expmech.transforms.read import METRICS_NAMESPACE
@@ -82,7 +82,7 @@ class CountingJob:
 
     def bounding(self, args: argparse.Namespace) -> beam.PTransform:
         """col: RecordBatch -> col: RecordBatch: at most --max-rows-per-unit rows per --privacy-unit."""
-        return BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed, shards=shards(args),
+        return BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed, shards=shards(self.files),
                                   keep_unit=False)  # fmt: skip
 
     def counting(self, args: argparse.Namespace) -> beam.PTransform:
@@ -104,15 +104,16 @@ class KeyCountingJob:
 
     def bounding(self, args: argparse.Namespace) -> beam.PTransform:
         return BoundContributions(args.privacy_unit, args.max_rows_per_unit, key_column=self.key_column,
-                                  max_keys=self.max_keys, seed=args.seed, shards=shards(args))  # fmt: skip
+                                  max_keys=self.max_keys, seed=args.seed, shards=shards(self.files))  # fmt: skip
 
     def counting(self, args: argparse.Namespace) -> beam.PTransform:
         return KeyCounts(self.key_column, unit_column=args.privacy_unit)
 
 
-def shards(args: argparse.Namespace) -> int:
+def shards(files: Sequence[str]) -> int:
     """How many shards bounding cuts the units into: from the input's size (see bounding.shards_for)."""
-    return shards_for(readers.total_size(args.input))
+    size = readers.total_size(files)
+    return DEFAULT_BOUNDING_SHARDS if size is None else shards_for(size)
 
 
 def counting_pipeline(

@@ -23,6 +23,7 @@ from beam_expmech.io.validation import MalformedRows, type_family
 
 FORMATS = ("parquet", "csv", "avro")
 BATCH_ROWS = 65_536
+_SIZES: dict[str, int] = {}  # each file match_files found, with its size (see total_size)
 
 
 # --- finding files and their formats -------------------------------------------------------------
@@ -35,14 +36,17 @@ def match_files(pattern: str) -> list[str]:
     except Exception as error:  # Beam raises BeamIOError and others; the user needs one line
         raise InputError(f"{pattern}: cannot list files ({first_line(error)})") from None
     files = sorted(m.path for m in matched if not m.path.endswith("/"))
+    _SIZES.update((m.path, m.size_in_bytes) for m in matched)
     if not files:
         raise InputError(f"{pattern}: no file matches")
     return files
 
 
-def total_size(pattern: str) -> int:
-    """The bytes of the files a path or glob names (what bounding sizes its shards by)."""
-    return sum(m.size_in_bytes for m in FileSystems.match([pattern])[0].metadata_list)
+def total_size(files: Sequence[str]) -> int | None:
+    """The bytes of ``files`` as match_files found them (what bounding sizes its shards by), without listing
+    them again, which after the budget is charged could fail and waste it; None where one was not matched."""
+    sizes = [_SIZES.get(path) for path in files]
+    return None if None in sizes else sum(sizes)
 
 
 def file_format(path: str, declared: str | None = None) -> str:

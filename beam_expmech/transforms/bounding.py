@@ -47,6 +47,8 @@ _NULL_KEY = np.uint64(0x6E756C6C6B6579)  # the hash of a null key
 def unit_hash(units: pa.Array) -> np.ndarray:
     """A 64-bit hash of each unit's canonical form (canonical_identity), which every worker computes
     alike and which keep_lowest groups by: numbers and text vectorised."""
+    if units.null_count:  # a null is no unit; and to numpy, a column with one would turn to floats
+        raise ValueError("unit_hash needs values without nulls: route them to a dead letter (ValidateBatches)")
     units = canonical_identity(units)
     if pa.types.is_integer(units.type):
         return _mix(units.to_numpy(zero_copy_only=False).astype(np.int64, copy=False).view(np.uint64))
@@ -77,6 +79,9 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+DEFAULT_BOUNDING_SHARDS = 32
+
+
 def shards_for(input_bytes: int) -> int:
     """How many shards bounding cuts the units into, from the input's size: one per 64 MiB, 1 to 256.
 
@@ -103,10 +108,12 @@ def split_by_shard(
     top = (hashes >> _TOP).astype(np.uint16)
     order = np.argsort(top, kind="stable")  # a radix sort for 16-bit keys
     bounds = np.searchsorted(top[order], _shard_starts(shards))
-    table = pa.Table.from_batches([batch.take(order)]).append_column(HASH, pa.array(hashes[order]))
     for s in range(shards):
         if bounds[s + 1] > bounds[s]:
-            yield s, Rows(table.slice(bounds[s], bounds[s + 1] - bounds[s]))
+            # A take a shard, not slices of one: a part waiting in a shard's accumulator would keep its
+            # whole batch alive, every shard's rows, until the last shard compacts.
+            rows = order[bounds[s] : bounds[s + 1]]
+            yield s, Rows(pa.Table.from_batches([batch.take(rows)]).append_column(HASH, pa.array(hashes[rows])))
 
 
 def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.RecordBatch:
@@ -378,7 +385,7 @@ class KeptRows:
 class KeepLowestPerUnit(beam.CombineFn):
     """Per shard: the ``max_rows`` lowest-priority rows of each unit.
 
-    Parts wait until they hold more rows than the kept ones three times over and than the accumulator's share
+    Parts wait until they hold more rows than the kept ones twice over and than the accumulator's share
     of ``_PENDING_ROWS`` (a worker holds one accumulator a shard), then are compacted with the kept rows
     in one pass: at the scale of the budget, each row is ranked about once. Beam lifts the combine before
     the shuffle, and ``compact`` ships only the kept rows: at most ``max_rows`` rows a unit.
@@ -410,7 +417,7 @@ class KeepLowestPerUnit(beam.CombineFn):
         accumulator.pending.append(rows)
         accumulator.pending_rows += rows.num_rows
         kept = 0 if accumulator.kept is None else accumulator.kept.num_rows
-        if accumulator.pending_rows > max(self.budget, 3 * kept):
+        if accumulator.pending_rows > max(self.budget, 2 * kept):
             self._compact(accumulator)
         return accumulator
 
@@ -508,7 +515,7 @@ class BoundContributions(beam.PTransform):
         unit_column: str,
         max_rows: int,
         *,
-        shards: int = 32,
+        shards: int = DEFAULT_BOUNDING_SHARDS,
         seed: int | None = None,
         key_column: str | None = None,
         max_keys: int | None = None,

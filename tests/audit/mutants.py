@@ -178,6 +178,31 @@ MUTANTS = [
         ("tests/transforms/test_bounding.py::test_lowest_keeps_what_a_lexsort_keeps",),
     ),
     Mutant(
+        "the unit column dropped after the split for text units too (review 3, F3)",
+        "beam_expmech/transforms/bounding.py",
+        "    if not keep_unit and _hash_is_identity(batch.schema.field(unit_column).type):",
+        "    if not keep_unit:",
+        (
+            "tests/transforms/test_bounding.py::test_text_units_of_one_hash_stay_two_units_where_the_unit_column_is_dropped",
+        ),
+    ),
+    Mutant(
+        "bounding misses priorities that tie at a unit's threshold (review 3, F3)",
+        "beam_expmech/transforms/bounding.py",
+        "    if np.count_nonzero(kept) > np.minimum(sizes, k).sum():  # priorities tie at a threshold",
+        "    if False:",
+        (
+            "tests/transforms/test_bounding.py::test_tied_priorities_are_ranked_exactly_where_hashes_differ_in_their_high_bits",
+        ),
+    ),
+    Mutant(
+        "a null unit hashed: one null turns a batch's integer units to floats (review 3, F1)",
+        "beam_expmech/transforms/bounding.py",
+        "    if units.null_count:  # a null is no unit; and to numpy, a column with one would turn to floats",
+        "    if False:",
+        ("tests/transforms/test_bounding.py::test_a_null_unit_is_refused_not_hashed",),
+    ),
+    Mutant(
         "two text units of one hash bounded as one (their rows are not compared)",
         "beam_expmech/transforms/bounding.py",
         "    if units is None or new.all():",

@@ -145,3 +145,13 @@ def test_a_csv_header_that_names_a_needed_column_twice_is_refused(tmp_path):
     path.write_text("user,item,user\n1,2,3\n")
     with pytest.raises(InputError, match=r"twice\.csv: column 'user' appears more than once"):
         readers.check_columns([str(path)], None, ["user", "item"])
+
+
+def test_total_size_reads_what_match_files_found_and_lists_nothing_again(tmp_path):
+    """Bounding sizes its shards after the budget is charged: from match_files' listing, not a new one."""
+    for name, size in (("a.csv", 10), ("b.csv", 32)):
+        (tmp_path / name).write_bytes(b"x" * size)
+    files = readers.match_files(str(tmp_path / "*.csv"))
+    (tmp_path / "a.csv").write_bytes(b"x" * 1000)  # not listed again
+    assert readers.total_size(files) == 42
+    assert readers.total_size([*files, str(tmp_path / "never_matched.csv")]) is None

@@ -466,3 +466,38 @@ def test_lowest_keeps_what_a_lexsort_keeps(rows, k, base):
     kept = _lowest(hashes, priorities, k)
     assert sorted(kept.tolist()) == sorted(expected)
     assert np.all(np.diff(hashes[kept].astype(np.float64)) >= 0) or base == 0  # in the order of the hash
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_text_units_of_one_hash_stay_two_units_where_the_unit_column_is_dropped(shards):
+    """The pipelines' path (keep_unit=False): a text unit column stays until the kept rows are cut into batches."""
+    first, second = thue_morse_pair()
+    units = [first, second, "other"] * 5
+    table = pa.table({"unit": units, "row": np.arange(len(units))})
+    combine = KeepLowestPerUnit("unit", 2, shards=shards)
+    combine.budget = 5
+    accumulators = {}
+    for seed, batch in enumerate(table.to_batches(max_chunksize=4)):
+        for shard, part in split_by_shard(with_priorities(batch, seed), "unit", shards, keep_unit=False):
+            accumulators[shard] = combine.add_input(accumulators.get(shard, combine.create_accumulator()), part)
+    out = [b for s, a in accumulators.items() for b in as_batches(s, combine.extract_output(a), ["unit"])]
+    assert all(b.schema.names == ["row"] for b in out)
+    assert Counter(units[r] for b in out for r in b.column("row").to_pylist()) == {first: 2, second: 2, "other": 2}
+
+
+def test_tied_priorities_are_ranked_exactly_where_hashes_differ_in_their_high_bits():
+    """The fast path (units apart in the hash's high bits), with priorities that tie at the threshold."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        units = rng.integers(0, 4, 30)
+        hashes = (units.astype(np.uint64) << np.uint64(60)) | np.uint64(12345)
+        kept = _lowest(hashes, rng.integers(0, 3, 30).astype(np.uint32), 2)
+        assert Counter(hashes[kept].tolist()) == {h: min(2, c) for h, c in Counter(hashes.tolist()).items()}
+
+
+@pytest.mark.parametrize("kind", [pa.int64(), pa.string()])
+def test_a_null_unit_is_refused_not_hashed(kind):
+    """One null would turn an integer column to floats on its way to numpy, and two units to one hash."""
+    batch = pa.record_batch({"unit": pa.array([2**53 + 1, None] if kind == pa.int64() else ["a", None], kind)})
+    with pytest.raises(ValueError, match="without nulls"):
+        list(split_by_shard(with_priorities(batch), "unit", 2))
