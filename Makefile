@@ -54,6 +54,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_mechanisms
 	$(PY) -m benchmarks.bench_select
 	$(PY) -m benchmarks.bench_keys
+	$(PY) -m benchmarks.bench_bounding
 	$(PY) -m benchmarks.bench_quantiles
 	$(PY) -m benchmarks.bench_synth
 
