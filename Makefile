@@ -27,7 +27,7 @@ demo: $(VENV)/.installed-base
 test: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q -n auto --dist worksteal -m "not airflow" tests
+	$(PY) -m pytest -q -n auto --dist worksteal --durations=25 -m "not airflow" tests
 
 # The privacy audit alone (it is part of `make test`), with its table of worst cases against bounds.
 audit: $(VENV)/.installed-test
