@@ -3,6 +3,7 @@ DirectRunner's under a test seed, the ledger, and a scheduler that cannot be rea
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import socket
@@ -148,3 +149,45 @@ def test_a_runner_beam_does_not_know_stops_before_any_charge(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Unexpected pipeline runner: DaskRuner" in err
     assert Ledger(ledger).dataset("shop")["releases"] == []
+
+
+def test_a_worker_killed_mid_job_reruns_elsewhere_or_fails_in_one_line_and_is_charged_once(tmp_path, capsys):
+    """A worker SIGKILLed once mid-job (dask_faults.KillOnce), on a cluster of its own (its workers die):
+    Dask reruns the lost task on the other worker, and the job releases what an undisturbed run releases
+    under the same seed, charged once, done; a scheduler that allows no failure
+    (distributed.scheduler.allowed-failures: 0) fails the job instead, in one line, exit 1, charged once,
+    failed. Never two charges for one run, never none."""
+    from dask_faults import KillOnce
+
+    write(purchases(5_000, users=300), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    flags = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+             "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "0.5", "--top-k", "3",
+             "--seed", "7"]  # fmt: skip
+    run(select.main, [*flags, "--output", str(tmp_path / "undisturbed.json")])
+    charged = [*flags, "--budget-ledger", ledger, "--dataset-id", "shop"]
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.run(importlib.import_module, "pipelines.select")  # both warm: the rerun need not wait for imports
+        for allowed_failures, status in ((3, "done"), (0, "failed")):
+            cluster.scheduler.allowed_failures = allowed_failures  # what the config key sets when it starts
+            marker = tmp_path / f"killed_{allowed_failures}"
+            client.register_plugin(KillOnce(str(marker)), name="kill-once")
+            out = tmp_path / f"dask_{allowed_failures}.json"
+            capsys.readouterr()
+            code = console.run_cli(select.main, [*charged, "--output", str(out), *on_dask(cluster.scheduler_address)])
+            err = capsys.readouterr().err
+            assert marker.exists()  # a worker was killed while it ran the job's task
+            if status == "done":
+                assert code == 0 and read_json(out) == read_json(tmp_path / "undisturbed.json")
+            else:
+                assert code == console.JOB_ERROR and not out.exists()
+                assert err.count("\n") == 1 and err.startswith("error: the job failed: KilledWorker")
+            assert "Traceback" not in err
+            releases = Ledger(ledger).dataset("shop")["releases"]
+            assert [r["status"] for r in releases][-1] == status
+            assert [r["output"] for r in releases].count(str(out)) == 1  # charged once, whatever Dask retried
+        assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["done", "failed"]
