@@ -25,8 +25,8 @@ distributed = pytest.importorskip("distributed")  # the test extra installs it
 
 
 @pytest.fixture(scope="module")
-def scheduler() -> str:
-    """The address of a local Dask cluster of two worker processes, one thread each, for the whole module.
+def cluster() -> distributed.LocalCluster:
+    """A local Dask cluster of two worker processes, one thread each, for the whole module.
 
     Its workers unpickle the job's steps, so they must import this checkout's packages, not another's: they
     are spawned with this process's sys.path (multiprocessing's spawn passes it on), so they do, be it a
@@ -34,8 +34,14 @@ def scheduler() -> str:
     """
     # ":0": the scheduler's HTTP server (always on) on a free port, not 8787, which a cluster of another
     # pytest-xdist worker may hold.
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
-        yield cluster.scheduler_address
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local:
+        yield local
+
+
+@pytest.fixture
+def scheduler(cluster) -> str:
+    """The address of the module's cluster's scheduler."""
+    return cluster.scheduler_address
 
 
 def on_dask(address: str) -> list[str]:
@@ -151,12 +157,12 @@ def test_a_runner_beam_does_not_know_stops_before_any_charge(tmp_path, capsys):
     assert Ledger(ledger).dataset("shop")["releases"] == []
 
 
-def test_a_worker_killed_mid_job_reruns_elsewhere_or_fails_in_one_line_and_is_charged_once(tmp_path, capsys):
-    """A worker SIGKILLed once mid-job (dask_faults.KillOnce), on a cluster of its own (its workers die):
-    Dask reruns the lost task on the other worker, and the job releases what an undisturbed run releases
-    under the same seed, charged once, done; a scheduler that allows no failure
-    (distributed.scheduler.allowed-failures: 0) fails the job instead, in one line, exit 1, charged once,
-    failed. Never two charges for one run, never none."""
+def test_a_worker_killed_mid_job_reruns_elsewhere_or_fails_in_one_line_and_is_charged_once(cluster, tmp_path, capsys):
+    """A worker SIGKILLed once mid-job (dask_faults.KillOnce; its nanny starts another): Dask reruns the lost
+    task on the other worker, and the job releases what an undisturbed run releases under the same seed,
+    charged once, done; a scheduler that allows no failure (distributed.scheduler.allowed-failures: 0)
+    fails the job instead, in one line, exit 1, charged once, failed. Never two charges for one run,
+    never none."""
     from dask_faults import KillOnce
 
     write(purchases(5_000, users=300), tmp_path / "data.parquet", "parquet")
@@ -167,27 +173,31 @@ def test_a_worker_killed_mid_job_reruns_elsewhere_or_fails_in_one_line_and_is_ch
              "--seed", "7"]  # fmt: skip
     run(select.main, [*flags, "--output", str(tmp_path / "undisturbed.json")])
     charged = [*flags, "--budget-ledger", ledger, "--dataset-id", "shop"]
-    with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    allowed = cluster.scheduler.allowed_failures
+    with distributed.Client(cluster) as client:
         client.run(importlib.import_module, "pipelines.select")  # both warm: the rerun need not wait for imports
-        for allowed_failures, status in ((3, "done"), (0, "failed")):
-            cluster.scheduler.allowed_failures = allowed_failures  # what the config key sets when it starts
-            marker = tmp_path / f"killed_{allowed_failures}"
-            client.register_plugin(KillOnce(str(marker)), name="kill-once")
-            out = tmp_path / f"dask_{allowed_failures}.json"
-            capsys.readouterr()
-            code = console.run_cli(select.main, [*charged, "--output", str(out), *on_dask(cluster.scheduler_address)])
-            err = capsys.readouterr().err
-            assert marker.exists()  # a worker was killed while it ran the job's task
-            if status == "done":
-                assert code == 0 and read_json(out) == read_json(tmp_path / "undisturbed.json")
-            else:
-                assert code == console.JOB_ERROR and not out.exists()
-                assert err.count("\n") == 1 and err.startswith("error: the job failed: KilledWorker")
-            assert "Traceback" not in err
-            releases = Ledger(ledger).dataset("shop")["releases"]
-            assert [r["status"] for r in releases][-1] == status
-            assert [r["output"] for r in releases].count(str(out)) == 1  # charged once, whatever Dask retried
-        assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["done", "failed"]
+        try:
+            for allowed_failures, status in ((3, "done"), (0, "failed")):
+                cluster.scheduler.allowed_failures = allowed_failures  # what the config key sets when it starts
+                marker = tmp_path / f"killed_{allowed_failures}"
+                client.register_plugin(KillOnce(str(marker)), name="kill-once")
+                out = tmp_path / f"dask_{allowed_failures}.json"
+                capsys.readouterr()
+                code = console.run_cli(
+                    select.main, [*charged, "--output", str(out), *on_dask(cluster.scheduler_address)]
+                )
+                err = capsys.readouterr().err
+                assert marker.exists()  # a worker was killed while it ran the job's task
+                if status == "done":
+                    assert code == 0 and read_json(out) == read_json(tmp_path / "undisturbed.json")
+                else:
+                    assert code == console.JOB_ERROR and not out.exists()
+                    assert err.count("\n") == 1 and err.startswith("error: the job failed: KilledWorker")
+                assert "Traceback" not in err
+                releases = Ledger(ledger).dataset("shop")["releases"]
+                assert [r["status"] for r in releases][-1] == status
+                assert [r["output"] for r in releases].count(str(out)) == 1  # charged once, whatever Dask retried
+        finally:  # the module's cluster, as the other tests know it
+            cluster.scheduler.allowed_failures = allowed
+            client.unregister_worker_plugin("kill-once", nanny=False)
+    assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["done", "failed"]
