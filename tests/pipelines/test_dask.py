@@ -6,7 +6,10 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +204,38 @@ def test_a_worker_killed_mid_job_reruns_elsewhere_or_fails_in_one_line_and_is_ch
             cluster.scheduler.allowed_failures = allowed
             client.unregister_worker_plugin("kill-once", nanny=False)
     assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["done", "failed"]
+
+
+def test_a_cluster_left_with_no_worker_fails_the_job_after_the_timeout(tmp_path, capsys):
+    """The last worker killed, and no nanny to start another: Dask alone would wait for ever; the job waits
+    --dask_no_worker_timeout seconds with no worker, then fails in one line, exit 1, charged once, failed."""
+    from dask_faults import KillOnce
+
+    write(purchases(2_000, users=300), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}  # this checkout, support/
+    with distributed.LocalCluster(n_workers=0, dashboard_address=":0") as scheduler_only:
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--no-nanny", "--nthreads", "1",
+                                   scheduler_only.scheduler_address], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            with distributed.Client(scheduler_only) as client:
+                client.wait_for_workers(1, timeout=60)
+                client.register_plugin(KillOnce(str(tmp_path / "killed")), name="kill-once")
+                capsys.readouterr()
+                code = console.run_cli(select.main, ["--input", str(tmp_path / "data.parquet"), "--column", "item",
+                                                     "--candidate-range", "0:50", "--epsilon", "1",
+                                                     "--output", str(tmp_path / "r.json"), "--budget-ledger", ledger,
+                                                     "--dataset-id", "shop", *on_dask(scheduler_only.scheduler_address),
+                                                     "--dask_no_worker_timeout", "2"])  # fmt: skip
+        finally:
+            worker.kill()
+            worker.wait(timeout=30)
+    err = capsys.readouterr().err
+    assert (tmp_path / "killed").exists() and code == console.JOB_ERROR and not (tmp_path / "r.json").exists()
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(
+        "error: the job failed: the Dask cluster has had no worker for 2 s (--dask_no_worker_timeout)"
+    )
+    assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["failed"]
