@@ -52,6 +52,7 @@ test-airflow: $(VENV)/.installed-test $(AIRFLOW_VENV)/.installed
 
 bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_mechanisms
+	$(PY) -m benchmarks.bench_startup
 	$(PY) -m benchmarks.bench_select
 	$(PY) -m benchmarks.bench_keys
 	$(PY) -m benchmarks.bench_bounding

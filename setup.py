@@ -50,8 +50,9 @@ setup(
         # Beam's Dask runner (--runner DaskRunner --dask_client_address tcp://HOST:PORT): what
         # apache-beam[dask] names, at the versions the tests run.
         "dask": ["dask[distributed]>=2026.8"],
-        # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed.
-        "bench": ["opendp[mbi]>=0.16", "pipeline-dp>=0.2.1"],
+        # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed;
+        # bench_select runs select on a Dask LocalCluster too, and samples its processes' memory (psutil).
+        "bench": ["opendp[mbi]>=0.16", "pipeline-dp>=0.2.1", "dask[distributed]>=2026.8", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["beam-expmech = pipelines.cli:main"]},
 )

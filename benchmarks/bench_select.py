@@ -1,31 +1,52 @@
 """Whole-process time and peak memory of pipelines.select against a single-process numpy count.
 
-    python -m benchmarks.bench_select [--rows 1000000,10000000] [--workdir DIR] [--no-pipelinedp]
+    python -m benchmarks.bench_select [--rows 1000000,10000000] [--runners direct,multi,dask]
+                                      [--workdir DIR] [--no-pipelinedp]
 
 For each size, a Parquet file of (user_id, item in 1,000 candidates Zipf-like, value) is
 generated once, then each job runs as its own process (what a user waits for):
-  (a) pipelines.select, row-level privacy, DirectRunner
+  (a) pipelines.select, row-level privacy
   (b) the same with --privacy-unit user_id --max-rows-per-unit 5
   (c) pyarrow + numpy, one process, non-private: read the column, bincount (the baseline)
   (d) PipelineDP's DP count per item with the same bounding (5 rows per user), on Beam's
       DirectRunner, when pipeline-dp is installed (10^6 rows only: it takes minutes)
-The table gives seconds, rows/s, peak RSS and the ratio to (c) of the same size.
+(a) and (b) run on each of --runners: ``direct`` (the DirectRunner, in-process), ``multi`` (its
+multi_processing mode, 2 worker processes) and ``dask`` (Beam's Dask runner on a Dask LocalCluster
+of 2 worker processes, 1 thread each, which this script starts before the job and shuts down after it;
+its start-up is not timed, and its workers have imported Beam and this package before the job starts:
+a cluster already running, as the README assumes).
+The table gives seconds, rows/s, peak RSS and the ratio to (c) of the same size. Peak RSS is the
+peak of the summed resident memory of every process of the job, sampled every 50 ms (and at least
+the job process's own peak, from wait4): the job process and its children (multi's workers), and on
+Dask the cluster's 2 worker processes and their 2 nannies too (the scheduler, in this process, is not
+counted); its "measured" column says which.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import logging
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 CANDIDATES = 1000
+RUNNERS = {
+    "direct": ["--runner", "DirectRunner"],
+    "multi": ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
+    "dask": ["--runner", "DaskRunner"],
+}
+MEASURED = {"direct": "job", "multi": "job+its workers", "dask": "job+2 workers+nannies"}
 
 
 def generate(path: str, rows: int) -> None:
@@ -39,15 +60,59 @@ def generate(path: str, rows: int) -> None:
             out.write_table(pa.table({"user_id": users, "item": item, "value": rng.normal(size=n)}, schema=schema))
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB) of a child process."""
+def timed(command: list[str], also: Sequence[int] = ()) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of a child process: the peak of the summed RSS of the child, its
+    descendants and the processes ``also`` (a Dask cluster's), sampled, and at least the child's own peak."""
+    import psutil
+
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    others = [psutil.Process(pid) for pid in also]
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.05):
+            try:
+                processes = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True), *others]
+            except psutil.Error:
+                continue
+            total = 0
+            for process in processes:
+                with contextlib.suppress(psutil.Error):
+                    total += process.memory_info().rss
+            peak = max(peak, total)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
     if status != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{child.stderr.read().decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, max(peak / 2**20, usage.ru_maxrss / 1024)
+
+
+@contextlib.contextmanager
+def cluster_for(runner: str) -> Iterator[tuple[list[str], list[int]]]:
+    """(the job's runner flags, the pids of the processes it runs on besides its own) for one job; on Dask,
+    a fresh LocalCluster of 2 worker processes, 1 thread each, shut down after the job."""
+    if runner != "dask":
+        yield RUNNERS[runner], []
+        return
+    import distributed
+    import psutil
+
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.ERROR
+    ) as cluster:
+        with distributed.Client(cluster) as client:
+            client.wait_for_workers(2)
+            client.run(importlib.import_module, "pipelines.select")  # warm, as a cluster in use would be
+        pids = [p.pid for p in psutil.Process().children(recursive=True)]  # the nannies and their workers
+        yield [*RUNNERS[runner], "--dask_client_address", cluster.scheduler_address], pids
 
 
 def numpy_count(path: str) -> None:
@@ -80,6 +145,7 @@ def pipelinedp_count(path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1000000,10000000")
+    parser.add_argument("--runners", default="direct,multi,dask", help="of direct, multi, dask (comma-separated)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     parser.add_argument("--no-pipelinedp", action="store_true")
     parser.add_argument("--numpy-count", help=argparse.SUPPRESS)
@@ -89,6 +155,9 @@ def main() -> None:
         return numpy_count(args.numpy_count)
     if args.pipelinedp_count:
         return pipelinedp_count(args.pipelinedp_count)
+    runners = args.runners.split(",")
+    if unknown := set(runners) - set(RUNNERS):
+        parser.error(f"--runners: unknown {', '.join(sorted(unknown))} (of {', '.join(RUNNERS)})")
 
     try:
         import pipeline_dp  # noqa: F401
@@ -98,7 +167,8 @@ def main() -> None:
         have_pipelinedp = False
     os.makedirs(args.workdir, exist_ok=True)
     python = sys.executable
-    print(f"{'rows':>12} {'job':<44} {'seconds':>8} {'rows/s':>12} {'peak RSS MB':>12} {'vs (c)':>8}")
+    print(f"{'rows':>12} {'job':<38} {'runner':<7} {'seconds':>8} {'rows/s':>12} {'peak RSS MB':>12} "
+          f"{'measured':<22} {'vs (c)':>7}")  # fmt: skip
     for rows in (int(r) for r in args.rows.split(",")):
         path = os.path.join(args.workdir, f"purchases_{rows}.parquet")
         if not os.path.exists(path):
@@ -106,23 +176,26 @@ def main() -> None:
         out = os.path.join(args.workdir, "release.json")
         select = [python, "-m", "pipelines.select", "--input", path, "--column", "item",
                   "--candidate-range", f"0:{CANDIDATES}", "--epsilon", "1", "--output", out]  # fmt: skip
-        jobs = [
-            ("(c) pyarrow+numpy count, not private", [python, "-m", "benchmarks.bench_select", "--numpy-count", path]),
-            ("(a) pipelines.select, row-level", select),
-            (
-                "(b) pipelines.select, 5 rows per user",
-                [*select, "--privacy-unit", "user_id", "--max-rows-per-unit", "5"],
-            ),
-        ]
+        jobs = [("(c) pyarrow+numpy count, not private", None,
+                 [python, "-m", "benchmarks.bench_select", "--numpy-count", path])]  # fmt: skip
+        for runner in runners:
+            jobs.append(("(a) pipelines.select, row-level", runner, select))
+            jobs.append(("(b) pipelines.select, 5 rows per user", runner,
+                         [*select, "--privacy-unit", "user_id", "--max-rows-per-unit", "5"]))  # fmt: skip
         if have_pipelinedp and rows <= 1_000_000:
-            jobs.append(("(d) PipelineDP count, 5 rows per user", [python, "-m", "benchmarks.bench_select",
-                                                                   "--pipelinedp-count", path]))  # fmt: skip
+            jobs.append(("(d) PipelineDP count, 5 rows per user", "direct",
+                         [python, "-m", "benchmarks.bench_select", "--pipelinedp-count", path]))  # fmt: skip
         baseline = None
-        for name, command in jobs:
-            seconds, rss = timed(command)
+        for name, runner, command in jobs:
+            if runner is None or name.startswith("(d)"):
+                seconds, rss = timed(command)
+            else:
+                with cluster_for(runner) as (flags, pids):
+                    seconds, rss = timed([*command, *flags], also=pids)
             baseline = baseline or seconds
-            ratio = seconds / baseline
-            print(f"{rows:>12,} {name:<44} {seconds:>8.2f} {rows / seconds:>12,.0f} {rss:>12.0f} {ratio:>7.1f}x")
+            measured = MEASURED.get(runner or "direct") if not name.startswith("(d)") else "job+its children"
+            print(f"{rows:>12,} {name:<38} {runner or '-':<7} {seconds:>8.2f} {rows / seconds:>12,.0f} {rss:>12.0f} "
+                  f"{measured:<22} {seconds / baseline:>6.1f}x", flush=True)  # fmt: skip
     if not have_pipelinedp:
         print("(PipelineDP not installed: `make bench` installs it)")
 

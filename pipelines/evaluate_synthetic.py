@@ -12,7 +12,6 @@ Use it to judge a generator on data you may look at, never to publish.
 from __future__ import annotations
 
 import itertools
-import sys
 
 import numpy as np
 
@@ -72,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(console.run_cli(main))
+    console.end_process(console.run_cli(main))

@@ -181,7 +181,10 @@ def run_counting_job(
     result = None
     try:
         result = pipeline.run()
-        result.wait_until_finish()
+        runners.wait(result, beam_args)
+    except runners.NoWorkerError as error:  # ours: says no data
+        raise JobFailedError(f"the job failed: {error}; nothing was released, the budget reserved for it "
+                             "stays spent") from error  # fmt: skip
     except Exception as error:  # whatever the runner raises: the user gets one line, the ledger "failed"
         raise JobFailedError(f"the job failed: {describe_error(error)}; nothing was released, the budget "
                              "reserved for it stays spent") from error  # fmt: skip

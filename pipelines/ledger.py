@@ -10,8 +10,6 @@ remaining budget is too small.
 
 from __future__ import annotations
 
-import sys
-
 from beam_expmech.ledger import Ledger, budget_of
 from pipelines import console, flags
 
@@ -48,4 +46,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(console.run_cli(main))
+    console.end_process(console.run_cli(main))

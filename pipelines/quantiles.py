@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 import apache_beam as beam
 
@@ -127,4 +126,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(console.run_cli(main))
+    console.end_process(console.run_cli(main))

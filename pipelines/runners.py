@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import socket
+import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -17,10 +18,32 @@ DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 SHORT_NAMES = {"DaskRunner": DASK_RUNNER}
 # How long the check before the charge waits for the scheduler, unless --dask_connection_timeout says.
 DEFAULT_CONNECT_TIMEOUT = 5.0
+# How long a Dask job waits while its cluster has no worker at all, unless --dask_no_worker_timeout says.
+DEFAULT_NO_WORKER_TIMEOUT = 120.0
+# How often a Dask job's wait looks at the cluster's workers.
+POLL_SECONDS = 1.0
 
 
 class RunnerUnavailableError(RuntimeError):
     """The runner cannot be reached: found before any budget is charged, so nothing was spent."""
+
+
+class NoWorkerError(RuntimeError):
+    """A Dask job's cluster has had no worker for longer than --dask_no_worker_timeout: the job stops."""
+
+
+class DaskJobOptions(PipelineOptions):
+    """Ours, beside Beam's Dask options: how long a job may wait for a cluster with no worker."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--dask_no_worker_timeout",
+            type=float,
+            default=DEFAULT_NO_WORKER_TIMEOUT,
+            help="Seconds a job on Dask waits while its cluster has no worker at all before it fails (every "
+            "worker lost and none restarted: Dask itself would wait for ever). Default: %(default)s.",
+        )
 
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
@@ -84,6 +107,40 @@ def _host_and_port(address: str) -> tuple[str | None, int | None]:
     if not parts.hostname or port is None:
         raise ValueError(f"--dask_client_address must be tcp://HOST:PORT, got {address!r}")
     return parts.hostname, port
+
+
+def wait(result: object, beam_args: Sequence[str]) -> None:
+    """Wait for the job to end and raise what it raised. On Dask, bounded: a cluster that has had no worker
+    for --dask_no_worker_timeout seconds stops the job (NoWorkerError). A worker lost while others remain
+    is Dask's to handle: it reruns the lost tasks elsewhere, up to distributed.scheduler.allowed-failures
+    times each (KilledWorker past that); but with no worker left, and none restarted, it waits for ever,
+    unless the scheduler sets distributed.scheduler.no-workers-timeout."""
+    client = getattr(result, "client", None)
+    futures = getattr(result, "futures", None)
+    if client is None or futures is None or not is_dask(beam_args):
+        result.wait_until_finish()
+        return
+    import distributed
+
+    limit = pipeline_options(beam_args).view_as(DaskJobOptions).dask_no_worker_timeout
+    alone_since = None
+    while True:
+        try:
+            distributed.wait(futures, timeout=POLL_SECONDS)
+            break
+        except TimeoutError:
+            pass
+        if client.scheduler_info().get("workers"):
+            alone_since = None
+        elif alone_since is None:
+            alone_since = time.monotonic()
+        elif time.monotonic() - alone_since > limit:
+            with contextlib.suppress(Exception):
+                client.cancel(futures)
+            raise NoWorkerError(
+                f"the Dask cluster has had no worker for {limit:g} s (--dask_no_worker_timeout)"
+            ) from None
+    result.wait_until_finish()  # done: raises what a step raised
 
 
 def close(result: object) -> None:

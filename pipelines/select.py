@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import apache_beam as beam
 
@@ -243,4 +242,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(console.run_cli(main))
+    console.end_process(console.run_cli(main))

@@ -12,15 +12,18 @@ Airflow Variable, ``beam_expmech`` (JSON), read when a run starts:
       "dataset_id": "purchases",                       the data's id in the ledger
       "select": {"column": "item", "candidate_range": "0:50", "top_k": 3, "epsilon": 0.5},
       "synthesize": {"domain": "gs://bucket/domain.json", "epsilon": 1.0},
-      "runner": "DirectRunner",                        or "DataflowRunner" (optional)
+      "runner": "DirectRunner",                        or "DataflowRunner", "DaskRunner" (optional)
       "dataflow": {"project_id": "...", "location": "us-central1"},          (DataflowRunner)
+      "dask": {"address": "tcp://scheduler:8786"},     a Dask scheduler you run (DaskRunner)
       "beam_options": {"temp_location": "gs://bucket/tmp", "setup_file": "/path/to/setup.py"}
     }
 
 "select" and "synthesize" hold the flags of ``python -m pipelines.select`` and
 ``python -m pipelines.synthesize`` (underscores for dashes); leave one out to skip that
 release. The pipelines run in the interpreter named by the environment variable
-``BEAM_EXPMECH_PYTHON`` (default ``python3``), which must have beam-expmech installed.
+``BEAM_EXPMECH_PYTHON`` (default ``python3``), which must have beam-expmech installed. On
+DaskRunner each job is ``--runner DaskRunner --dask_client_address ADDRESS``: the cluster's workers
+need beam-expmech too, and must reach the input, the output, the dead letters and the ledger.
 
 Privacy: every release reserves its budget in the ledger before it reads data, and a run
 that would overspend stops with exit code 3 and spends nothing. Tasks are never retried: a
@@ -41,6 +44,7 @@ from airflow.sdk import DAG, Variable, get_current_context, task
 
 RELEASES = {"select": "select.json", "synthesize": "synthetic.parquet"}  # pipeline -> output file name
 REQUIRED = ("input", "output", "dead_letters", "ledger", "dataset_id")
+RUNNERS = ("DirectRunner", "DataflowRunner", "DaskRunner")
 
 
 def pipeline_options(config: dict, date: str) -> dict:
@@ -48,20 +52,22 @@ def pipeline_options(config: dict, date: str) -> dict:
     missing = [key for key in REQUIRED if not config.get(key)]
     if missing:
         raise ValueError(f"the beam_expmech variable needs {', '.join(missing)}")
-    unknown = set(config) - {*REQUIRED, "runner", "dataflow", "beam_options", *RELEASES}
+    unknown = set(config) - {*REQUIRED, "runner", "dataflow", "dask", "beam_options", *RELEASES}
     if unknown:
         raise ValueError(f"the beam_expmech variable has unknown keys: {', '.join(sorted(unknown))}")
     published, dead = (posixpath.normpath(config[key]) for key in ("output", "dead_letters"))
     if dead == published or dead.startswith(published + "/"):
         raise ValueError("the beam_expmech variable's dead_letters must lie outside output: they hold raw rows")
     runner = config.get("runner", "DirectRunner")
-    if runner not in ("DirectRunner", "DataflowRunner"):
-        raise ValueError(f"runner must be DirectRunner or DataflowRunner, got {runner!r}")
+    if runner not in RUNNERS:
+        raise ValueError(f"runner must be {', '.join(RUNNERS[:-1])} or {RUNNERS[-1]}, got {runner!r}")
     plan = {"runner": runner, "dataflow": config.get("dataflow", {}) if runner == "DataflowRunner" else {}}
+    on_dask = {"dask_client_address": dask_address(config.get("dask"))} if runner == "DaskRunner" else {}
     for pipeline, name in RELEASES.items():
         flags = config.get(pipeline)
         plan[pipeline] = None if flags is None else {
             **config.get("beam_options", {}),
+            **on_dask,
             **flags,
             "input": config["input"],
             "output": posixpath.join(config["output"], date, name),
@@ -70,6 +76,20 @@ def pipeline_options(config: dict, date: str) -> dict:
             "dataset_id": config["dataset_id"],
         }  # fmt: skip
     return plan
+
+
+def dask_address(dask: dict | None) -> str:
+    """The Dask scheduler's address from the variable's "dask" setting: {"address": "tcp://HOST:PORT"}."""
+    if not isinstance(dask, dict) or not dask.get("address"):
+        raise ValueError('runner DaskRunner needs "dask": {"address": "tcp://HOST:PORT"} (the scheduler)')
+    if unknown := set(dask) - {"address"}:
+        raise ValueError(f"the beam_expmech variable's dask has unknown keys: {', '.join(sorted(unknown))}")
+    address = dask["address"]
+    scheme, _, location = str(address).partition("://")
+    host, _, port = location.rpartition(":")
+    if scheme not in ("tcp", "tls") or not host or "/" in location or not port.isdigit():
+        raise ValueError(f"the beam_expmech variable's dask address must be tcp://HOST:PORT, got {address!r}")
+    return address
 
 
 with DAG(

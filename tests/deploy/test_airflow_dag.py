@@ -1,11 +1,13 @@
 """The Airflow DAG, run for real: ``dag.test()`` in Airflow's own virtual environment (``make test-airflow``).
 
 Airflow runs the pipelines as subprocesses in this interpreter (BEAM_EXPMECH_PYTHON), the way
-a deployment keeps Airflow and the pipelines' dependencies apart.
+a deployment keeps Airflow and the pipelines' dependencies apart. The check of its variable
+(``pipeline_options``, plain Python) runs in every ``make test``, without Airflow.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -23,10 +25,9 @@ AIRFLOW_PYTHON = os.environ.get("BEAM_EXPMECH_AIRFLOW_PYTHON")
 DAG_FILE = Path(__file__).resolve().parents[2] / "deploy" / "airflow" / "beam_expmech_releases.py"
 DOMAIN = {"age": 5, "region": 4, "item": 10}
 
-pytestmark = [
-    pytest.mark.airflow,
-    pytest.mark.skipif(AIRFLOW_PYTHON is None, reason="needs Airflow's virtual environment: run make test-airflow"),
-]
+needs_airflow = pytest.mark.skipif(
+    AIRFLOW_PYTHON is None, reason="needs Airflow's virtual environment: run make test-airflow"
+)
 
 RUN_DAG = """
 import importlib.util, sys
@@ -35,17 +36,6 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 run = module.dag.test()
 sys.exit(0 if run.state == "success" else 1)
-"""
-
-PLAN = """
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("beam_expmech_releases", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-try:
-    print(json.dumps(module.pipeline_options(json.loads(sys.argv[2]), "2026-12-01")))
-except ValueError as error:
-    print(json.dumps({"error": str(error)}))
 """
 
 
@@ -93,6 +83,8 @@ def run_dag(env: dict, config: dict) -> subprocess.CompletedProcess:
                           timeout=600)  # fmt: skip
 
 
+@pytest.mark.airflow
+@needs_airflow
 def test_one_run_releases_a_selection_and_synthetic_data_charged_to_one_ledger(airflow_env, tmp_path):
     config = shop_data(tmp_path)
     Ledger(config["ledger"]).init("shop", epsilon=2.0, delta=1e-6)
@@ -119,6 +111,8 @@ def test_one_run_releases_a_selection_and_synthetic_data_charged_to_one_ledger(a
     assert 0 < budget_of(dataset).remaining() < 2.0 - 0.5
 
 
+@pytest.mark.airflow
+@needs_airflow
 def test_a_run_past_the_budget_fails_and_spends_nothing(airflow_env, tmp_path):
     config = shop_data(tmp_path)
     Ledger(config["ledger"]).init("shop", epsilon=0.4, delta=1e-6)  # the selection alone asks for 0.5
@@ -129,6 +123,8 @@ def test_a_run_past_the_budget_fails_and_spends_nothing(airflow_env, tmp_path):
     assert Ledger(config["ledger"]).dataset("shop")["releases"] == []
 
 
+@pytest.mark.airflow
+@needs_airflow
 def test_a_release_left_out_of_the_variable_is_skipped_and_the_next_still_runs(airflow_env, tmp_path):
     config = shop_data(tmp_path)
     del config["select"]
@@ -141,10 +137,26 @@ def test_a_release_left_out_of_the_variable_is_skipped_and_the_next_still_runs(a
 
 
 def plan(config: dict) -> dict:
-    done = subprocess.run([AIRFLOW_PYTHON, "-c", PLAN, str(DAG_FILE), json.dumps(config)], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """The DAG's ``pipeline_options`` for the run of 2026-12-01, or {"error": its message}."""
+    try:
+        return dag_file_without_airflow()["pipeline_options"](config, "2026-12-01")
+    except ValueError as error:
+        return {"error": str(error)}
+
+
+def dag_file_without_airflow() -> dict:
+    """The DAG file's plain-Python part, run here without Airflow: every top-level statement of the file as
+    written, but its imports from Airflow and the ``with DAG(...)`` block that builds the DAG."""
+    tree = ast.parse(DAG_FILE.read_text())
+    kept = [
+        node
+        for node in tree.body
+        if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("airflow"))
+        and not isinstance(node, ast.With)
+    ]
+    namespace: dict = {"__name__": "beam_expmech_releases"}
+    exec(compile(ast.Module(body=kept, type_ignores=[]), str(DAG_FILE), "exec"), namespace)
+    return namespace
 
 
 def test_the_variable_switches_to_dataflow_and_chooses_the_releases(tmp_path):
@@ -169,3 +181,29 @@ def test_the_variable_switches_to_dataflow_and_chooses_the_releases(tmp_path):
     assert "dead_letters must lie outside output" in plan(inside)["error"]
     assert "runner must be" in plan({**config, "runner": "SparkRunner"})["error"]
     assert "unknown keys: selct" in plan({**config, "selct": {}})["error"]
+
+
+def test_the_variable_switches_to_a_dask_cluster(tmp_path):
+    """DaskRunner: every release gets the scheduler's address as Beam's --dask_client_address (the operator
+    passes pipeline_options as --key=value), and nothing of Dataflow's; a missing or malformed address is
+    refused when the run starts, before any release is charged."""
+    config = shop_data(tmp_path)
+    config |= {"runner": "DaskRunner", "dask": {"address": "tcp://scheduler.example:8786"},
+               "dataflow": {"project_id": "p"}, "beam_options": {"dask_connection_timeout": 10}}  # fmt: skip
+    dask = plan(config)
+    assert dask["runner"] == "DaskRunner" and dask["dataflow"] == {}
+    for pipeline in ("select", "synthesize"):
+        assert dask[pipeline]["dask_client_address"] == "tcp://scheduler.example:8786"
+        assert dask[pipeline]["dask_connection_timeout"] == 10 and dask[pipeline]["budget_ledger"] == config["ledger"]
+    tls = {**config, "dask": {"address": "tls://10.0.0.5:8786"}}
+    assert plan(tls)["select"]["dask_client_address"] == "tls://10.0.0.5:8786"
+    assert "dask_client_address" not in plan({**config, "runner": "DirectRunner"})["select"]
+
+    needs = 'runner DaskRunner needs "dask": {"address": "tcp://HOST:PORT"}'
+    assert needs in plan({k: v for k, v in config.items() if k != "dask"})["error"]
+    assert needs in plan({**config, "dask": {}})["error"]
+    assert needs in plan({**config, "dask": "tcp://scheduler.example:8786"})["error"]
+    for address in ("scheduler.example:8786", "tcp://scheduler.example", "tcp://:8786", "http://h:8786",
+                    "tcp://h:port", "tcp://h:8786/path"):  # fmt: skip
+        assert "dask address must be tcp://HOST:PORT" in plan({**config, "dask": {"address": address}})["error"]
+    assert "dask has unknown keys: adress" in plan({**config, "dask": {"adress": "x", "address": "tcp://h:1"}})["error"]

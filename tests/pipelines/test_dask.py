@@ -3,9 +3,13 @@ DirectRunner's under a test seed, the ledger, and a scheduler that cannot be rea
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +28,8 @@ distributed = pytest.importorskip("distributed")  # the test extra installs it
 
 
 @pytest.fixture(scope="module")
-def scheduler() -> str:
-    """The address of a local Dask cluster of two worker processes, one thread each, for the whole module.
+def cluster() -> distributed.LocalCluster:
+    """A local Dask cluster of two worker processes, one thread each, for the whole module.
 
     Its workers unpickle the job's steps, so they must import this checkout's packages, not another's: they
     are spawned with this process's sys.path (multiprocessing's spawn passes it on), so they do, be it a
@@ -33,8 +37,14 @@ def scheduler() -> str:
     """
     # ":0": the scheduler's HTTP server (always on) on a free port, not 8787, which a cluster of another
     # pytest-xdist worker may hold.
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
-        yield cluster.scheduler_address
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as local:
+        yield local
+
+
+@pytest.fixture
+def scheduler(cluster) -> str:
+    """The address of the module's cluster's scheduler."""
+    return cluster.scheduler_address
 
 
 def on_dask(address: str) -> list[str]:
@@ -148,3 +158,84 @@ def test_a_runner_beam_does_not_know_stops_before_any_charge(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Unexpected pipeline runner: DaskRuner" in err
     assert Ledger(ledger).dataset("shop")["releases"] == []
+
+
+def test_a_worker_killed_mid_job_reruns_elsewhere_or_fails_in_one_line_and_is_charged_once(cluster, tmp_path, capsys):
+    """A worker SIGKILLed once mid-job (dask_faults.KillOnce; its nanny starts another): Dask reruns the lost
+    task on the other worker, and the job releases what an undisturbed run releases under the same seed,
+    charged once, done; a scheduler that allows no failure (distributed.scheduler.allowed-failures: 0)
+    fails the job instead, in one line, exit 1, charged once, failed. Never two charges for one run,
+    never none."""
+    from dask_faults import KillOnce
+
+    write(purchases(5_000, users=300), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    flags = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+             "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "0.5", "--top-k", "3",
+             "--seed", "7"]  # fmt: skip
+    run(select.main, [*flags, "--output", str(tmp_path / "undisturbed.json")])
+    charged = [*flags, "--budget-ledger", ledger, "--dataset-id", "shop"]
+    allowed = cluster.scheduler.allowed_failures
+    with distributed.Client(cluster) as client:
+        client.run(importlib.import_module, "pipelines.select")  # both warm: the rerun need not wait for imports
+        try:
+            for allowed_failures, status in ((3, "done"), (0, "failed")):
+                cluster.scheduler.allowed_failures = allowed_failures  # what the config key sets when it starts
+                marker = tmp_path / f"killed_{allowed_failures}"
+                client.register_plugin(KillOnce(str(marker)), name="kill-once")
+                out = tmp_path / f"dask_{allowed_failures}.json"
+                capsys.readouterr()
+                code = console.run_cli(
+                    select.main, [*charged, "--output", str(out), *on_dask(cluster.scheduler_address)]
+                )
+                err = capsys.readouterr().err
+                assert marker.exists()  # a worker was killed while it ran the job's task
+                if status == "done":
+                    assert code == 0 and read_json(out) == read_json(tmp_path / "undisturbed.json")
+                else:
+                    assert code == console.JOB_ERROR and not out.exists()
+                    assert err.count("\n") == 1 and err.startswith("error: the job failed: KilledWorker")
+                assert "Traceback" not in err
+                releases = Ledger(ledger).dataset("shop")["releases"]
+                assert [r["status"] for r in releases][-1] == status
+                assert [r["output"] for r in releases].count(str(out)) == 1  # charged once, whatever Dask retried
+        finally:  # the module's cluster, as the other tests know it
+            cluster.scheduler.allowed_failures = allowed
+            client.unregister_worker_plugin("kill-once", nanny=False)
+    assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["done", "failed"]
+
+
+def test_a_cluster_left_with_no_worker_fails_the_job_after_the_timeout(tmp_path, capsys):
+    """The last worker killed, and no nanny to start another: Dask alone would wait for ever; the job waits
+    --dask_no_worker_timeout seconds with no worker, then fails in one line, exit 1, charged once, failed."""
+    from dask_faults import KillOnce
+
+    write(purchases(2_000, users=300), tmp_path / "data.parquet", "parquet")
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "2"]) == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}  # this checkout, support/
+    with distributed.LocalCluster(n_workers=0, dashboard_address=":0") as scheduler_only:
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--no-nanny", "--nthreads", "1",
+                                   scheduler_only.scheduler_address], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            with distributed.Client(scheduler_only) as client:
+                client.wait_for_workers(1, timeout=60)
+                client.register_plugin(KillOnce(str(tmp_path / "killed")), name="kill-once")
+                capsys.readouterr()
+                code = console.run_cli(select.main, ["--input", str(tmp_path / "data.parquet"), "--column", "item",
+                                                     "--candidate-range", "0:50", "--epsilon", "1",
+                                                     "--output", str(tmp_path / "r.json"), "--budget-ledger", ledger,
+                                                     "--dataset-id", "shop", *on_dask(scheduler_only.scheduler_address),
+                                                     "--dask_no_worker_timeout", "2"])  # fmt: skip
+        finally:
+            worker.kill()
+            worker.wait(timeout=30)
+    err = capsys.readouterr().err
+    assert (tmp_path / "killed").exists() and code == console.JOB_ERROR and not (tmp_path / "r.json").exists()
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(
+        "error: the job failed: the Dask cluster has had no worker for 2 s (--dask_no_worker_timeout)"
+    )
+    assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["failed"]

@@ -1,0 +1,70 @@
+"""What a command pays before its first row: Beam's Google Cloud modules only for runs that use Google Cloud.
+
+``import apache_beam`` imports, whatever the run, the GCS file system (google.cloud.storage), BigQuery,
+Pub/Sub and the Dataflow API client, and the DirectRunner imports Pub/Sub's client at every run: about
+1 s of a 2-row run's 4 to 5 s (``benchmarks/bench_startup.py``).
+Beam imports each of them inside ``try: ... except ImportError``, as optional. A command whose flags name
+no gs:// path and no runner but the DirectRunner or the Dask runner needs none of them, so before Beam is
+first imported it marks them absent (None in ``sys.modules``: an import of one raises
+ModuleNotFoundError, which Beam's guards catch); gs:// paths, Dataflow and any other runner import
+everything as before. Only a process launched as a command does this (``python -m pipelines.COMMAND``,
+``beam-expmech COMMAND``), from ``pipelines/__init__.py``: a program or test that imports the package
+gets all of Beam, since it may meet a gs:// path later.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+# Beam's optional Google Cloud imports, each guarded there by an except ImportError: the GCS file system
+# (apache_beam/io/filesystems.py), BigQuery, Pub/Sub and GCS IO (apache_beam/io/__init__.py), the Dataflow
+# API (apache_beam/runners/dataflow/dataflow_runner.py), and Pub/Sub's client, which the DirectRunner's
+# apache_beam.io.gcp.pubsub imports at every run (apache_beam/io/gcp/pubsub.py), and Google's API client
+# library (apitools), which apache_beam/utils/retry.py imports for the HTTP errors of Google's APIs.
+GOOGLE_CLOUD_MODULES = (
+    "apache_beam.io.gcp.gcsfilesystem",
+    "apache_beam.io.gcp.bigquery",
+    "google.cloud.dataflow",
+    "google.cloud.pubsub",
+    "apitools",
+)
+# Runners that need none of them: the DirectRunner (in-process or multi-process) and the Dask runner.
+LOCAL_RUNNERS = ("DirectRunner", "DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
+COMMAND_NAMES = ("beam-expmech",)
+
+
+def launched_as_command(orig_argv: Sequence[str] | None = None) -> bool:
+    """Whether this process is ``python [options] -m pipelines.NAME`` or the ``beam-expmech`` script."""
+    argv = list(sys.orig_argv if orig_argv is None else orig_argv)
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m":
+            return argv[i + 1].startswith("pipelines.")
+    return len(argv) > 1 and argv[1].rsplit("/", 1)[-1] in COMMAND_NAMES
+
+
+def uses_google_cloud(argv: Sequence[str]) -> bool:
+    """Whether a command line may need Beam's Google Cloud modules: a gs:// path anywhere in it, or a
+    runner other than the DirectRunner and the Dask runner (Dataflow, a portable runner, ...)."""
+    if any("gs://" in arg for arg in argv):
+        return True
+    for i, arg in enumerate(argv):
+        if arg == "--runner" and i + 1 < len(argv):
+            runner = argv[i + 1]
+        elif arg.startswith("--runner="):
+            runner = arg.partition("=")[2]
+        else:
+            continue
+        if runner not in LOCAL_RUNNERS:
+            return True
+    return False
+
+
+def skip_unused_google_cloud(argv: Sequence[str]) -> bool:
+    """Before Beam is imported, mark its Google Cloud modules absent when ``argv`` needs none of them.
+    Returns whether it did (never once Beam is imported: then it is too late to matter)."""
+    if "apache_beam" in sys.modules or uses_google_cloud(argv):
+        return False
+    for name in GOOGLE_CLOUD_MODULES:
+        sys.modules.setdefault(name, None)
+    return True
