@@ -13,7 +13,7 @@ Each figure is the median over --repeat fresh processes (seconds):
   build the graph          pipelines.job.counting_pipeline
   run                      Beam's Pipeline.run to the written release (the DirectRunner)
   the rest                 the whole process less the parts of a local run above: logging's set-up
-                           and the process's end (console.end_process)
+                           and the process's end (Python's teardown of every module)
   whole process            python -m pipelines.select, wall time
 and which of dp_accounting and google.cloud.storage a local run imports (neither is needed).
 """

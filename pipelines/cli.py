@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from pipelines import console, startup
+from pipelines import console
 
 COMMANDS = {
     "select": "private top-k selection",
@@ -30,10 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: beam-expmech: choose a command: {', '.join(COMMANDS)} (see --help)", file=sys.stderr)
         return console.USAGE_ERROR
     module = importlib.import_module(f"pipelines.{argv[0]}")
-    code = console.run_cli(module.main, argv[1:])
-    if startup.launched_as_command():  # the beam-expmech script, not a program that called main
-        console.end_process(code)
-    return code
+    return console.run_cli(module.main, argv[1:])
 
 
 if __name__ == "__main__":

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import logging
-import os
 import sys
-import threading
 from collections.abc import Callable, Sequence
-from typing import NoReturn
 
 from beam_expmech.io.errors import InputError, describe_error
 from beam_expmech.ledger import OverspendError
@@ -76,18 +71,3 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except (JobFailedError, RunnerUnavailableError) as error:
         print(f"error: {error}", file=sys.stderr)
         return JOB_ERROR
-
-
-def end_process(code: int) -> NoReturn:
-    """End a command's process with exit code ``code``: what Python's exit does first (wait for the threads
-    that are not daemons, run the exit handlers, logging's flush among them, flush stdout and stderr), but
-    not its teardown of every module and object, which takes 0.3 to 0.5 s once Beam is imported
-    (benchmarks/bench_startup.py) and has nothing left to do: the command has closed every file it
-    wrote, its release and its ledger entry included. For a process launched as a command only, never
-    for a program that called a command's ``main``."""
-    threading._shutdown()  # what Python's exit calls first: joins the threads that are not daemons
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed pipe: nothing more can be said
-            stream.flush()
-    os._exit(code)

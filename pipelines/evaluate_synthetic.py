@@ -12,6 +12,7 @@ Use it to judge a generator on data you may look at, never to publish.
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 
@@ -71,4 +72,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    console.end_process(console.run_cli(main))
+    sys.exit(console.run_cli(main))

@@ -10,6 +10,8 @@ remaining budget is too small.
 
 from __future__ import annotations
 
+import sys
+
 from beam_expmech.ledger import Ledger, budget_of
 from pipelines import console, flags
 
@@ -46,4 +48,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    console.end_process(console.run_cli(main))
+    sys.exit(console.run_cli(main))

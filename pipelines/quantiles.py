@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 import apache_beam as beam
 
@@ -126,4 +127,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    console.end_process(console.run_cli(main))
+    sys.exit(console.run_cli(main))

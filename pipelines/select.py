@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import apache_beam as beam
 
@@ -242,4 +243,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    console.end_process(console.run_cli(main))
+    sys.exit(console.run_cli(main))
