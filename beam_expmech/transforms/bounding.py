@@ -16,6 +16,11 @@ K lowest rows (at most L * K rows a unit): enough to contain the final choice of
 parts, so merging stays associative; only the final output cuts each unit to K rows. A unit then
 touches at most L keys with at most K rows in all: at most L per-key counts move, each by at most
 K * contribution, and at most L keys' counts of distinct units move, each by 1.
+
+A unit is known by its 64-bit hash (``unit_hash``), which rows carry from the split on: for numbers
+a bijection, so the hash is the unit; text units of one hash are told apart by value wherever two
+meet (``_lowest``). Parts wait in a shard's accumulator up to a budget, then are ranked with the
+kept rows a cache-sized bucket of the hash's top bits at a time (``_by_bucket``).
 """
 
 from __future__ import annotations
