@@ -169,7 +169,7 @@ def keep_lowest(table: pa.Table, unit_column: str, max_rows: int) -> pa.Table:
     if HASH not in table.column_names:
         table = table.append_column(HASH, pa.array(unit_hash(table.column(unit_column).combine_chunks())))
     table = table.combine_chunks()
-    units = None if _hash_is_identity(_type(table, unit_column)) else table.column(unit_column)
+    units = _text_units(table, unit_column)
     return table.take(_lowest(_column(table, HASH), _column(table, PRIORITY), max_rows, units))
 
 
@@ -226,8 +226,9 @@ def _lowest_exact(hashes: np.ndarray, priorities: np.ndarray, k: int, units: pa.
     if units is not None:
         keys.append(pc.dictionary_encode(canonical_identity(units.combine_chunks())).indices.to_numpy())
     order = np.lexsort([*keys, hashes])
+    grouped = hashes[order]
     new = np.ones(hashes.size, bool)
-    new[1:] = hashes[order][1:] != hashes[order][:-1]
+    new[1:] = grouped[1:] != grouped[:-1]
     if units is not None:
         new[1:] |= keys[2][order][1:] != keys[2][order][:-1]
     return order[_ranks(np.cumsum(new)) < k]
@@ -240,9 +241,12 @@ def _hash_is_identity(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_floating(kind)
 
 
-def _type(table: pa.Table, unit_column: str) -> pa.DataType:
-    """The unit column's type; int64 where it was dropped (see split_by_shard): its hash is its identity."""
-    return table.schema.field(unit_column).type if unit_column in table.column_names else pa.int64()
+def _text_units(table: pa.Table, unit_column: str) -> pa.ChunkedArray | None:
+    """The unit column where its hash is not its identity (text), for ``_lowest`` to compare; else None
+    (numbers, or the column dropped after the split: see split_by_shard)."""
+    if unit_column not in table.column_names or _hash_is_identity(table.schema.field(unit_column).type):
+        return None
+    return table.column(unit_column)
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
@@ -463,9 +467,9 @@ class KeepLowestPerUnit(beam.CombineFn):
         )
         return positions[kept[np.argsort(hashes[kept], kind="stable")]]
 
-    def _rows_rule(self, table, positions, hashes, priorities) -> np.ndarray:
+    def _rows_rule(self, table: pa.Table, positions: np.ndarray, hashes: np.ndarray, priorities: np.ndarray):
         """Each unit's K rows of lowest priority (with keys, the final cut, among its kept keys' rows)."""
-        units = None if _hash_is_identity(_type(table, self.unit_column)) else table.column(self.unit_column)
+        units = _text_units(table, self.unit_column)
         return positions[_lowest(hashes, priorities, self.max_rows, None if units is None else units.take(positions))]
 
 
@@ -483,17 +487,17 @@ def _by_bucket(parts: list[pa.Table], rule) -> pa.Table:
         return table
     hashes, priorities = _column(table, HASH), _column(table, PRIORITY)
     top = (hashes >> _TOP).astype(np.int64)
-    ends = np.cumsum([p.num_rows for p in parts])
-    tops = [top[a:b] for a, b in zip(ends - [p.num_rows for p in parts], ends, strict=True)]
+    offsets = np.cumsum([0] + [p.num_rows for p in parts])  # where each part begins in ``table``
+    tops = [top[a:b] for a, b in itertools.pairwise(offsets)]
     low = min(int(t[0]) for t in tops if t.size)
     high = max(int(t[-1]) for t in tops if t.size) + 1
     buckets = max(1, min(high - low, table.num_rows // _BUCKET_ROWS))
     edges = low + (np.arange(buckets + 1) * (high - low)) // buckets
-    starts = np.cumsum([0] + [t.size for t in tops[:-1]])[:, None] + np.stack([np.searchsorted(t, edges) for t in tops])
-    lengths = np.diff(starts, axis=1).T.ravel()  # bucket by bucket, part by part
-    run_starts = starts[:, :-1].T.ravel()
-    order = np.repeat(run_starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
-    bounds = np.concatenate([[0], np.cumsum(np.diff(starts, axis=1).sum(axis=0))])
+    starts = offsets[:-1, None] + np.stack([np.searchsorted(t, edges) for t in tops])  # part x bucket edge
+    runs = np.diff(starts, axis=1)  # part x bucket: how many rows of each part fall in each bucket
+    lengths = runs.T.ravel()  # bucket by bucket, part by part
+    order = np.repeat(starts[:, :-1].T.ravel() - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
+    bounds = np.concatenate([[0], np.cumsum(runs.sum(axis=0))])
     kept = [
         rule(table, order[a:b], hashes[order[a:b]], priorities[order[a:b]])
         for a, b in itertools.pairwise(bounds)
