@@ -1,7 +1,7 @@
 """Top keys found in the data: pipelines.select without a candidate list, against the public-candidate path.
 
-    python -m benchmarks.bench_keys [--rows 1000000,10000000] [--quality-rows 100000] [--runs 20]
-        [--workdir DIR] [--no-pipelinedp]
+    python -m benchmarks.bench_keys [--rows 1000000,10000000] [--distinct-rows 10000000,100000000]
+        [--quality-rows 100000] [--runs 20] [--workdir DIR] [--no-pipelinedp]
 
 For each size a Parquet file of (user_id, query = "q<id>", query_id = the same id as an int64) is
 generated once: keys Zipf(1.1) over rows / 10 distinct ids (10^6 keys for 10^7 rows), rows / 10
@@ -16,6 +16,10 @@ through a small launcher process, so it is the job's own: see _LAUNCHER):
   (b2) the same with --mechanism keys-then-exponential
   (b3) the same with --mechanism keys-then-laplace
 The table gives seconds, rows/s, peak RSS, and the ratios to (c) and to (a) of the same size.
+
+Every key distinct, at --distinct-rows: query = "k<i>" for row i, 10 rows a user (the column no
+public list could hold, and the most keys a shuffle can carry): (c) pyarrow's group-by count of
+the query column, not private, against (b3) with the same flags.
 
 Quality, at --quality-rows only (PipelineDP's per-row Python is slow: 10^5 rows by default), from
 one file of the same generator read once: --runs runs of each mechanism in one process, timed from
@@ -67,6 +71,29 @@ def generate(path: str, rows: int, keys: int) -> None:
             ids = favourites[user, rng.integers(0, FAVOURITES, n)]
             table = pa.table({"user_id": user, "query": labels.take(pa.array(ids)), "query_id": ids}, schema=schema)
             out.write_table(table)
+
+
+def generate_distinct(path: str, rows: int) -> None:
+    """user_id = i // 10 and query = "k<i>" for row i: every key distinct."""
+    schema = pa.schema([("user_id", pa.int64()), ("query", pa.string())])
+    with pq.ParquetWriter(path, schema) as out:
+        for start in range(0, rows, CHUNK):
+            ids = np.arange(start, min(rows, start + CHUNK), dtype=np.int64)
+            queries = pc.binary_join_element_wise("k", pc.cast(pa.array(ids), pa.string()), "")
+            out.write_table(pa.table({"user_id": ids // 10, "query": queries}, schema=schema))
+
+
+def distinct_file(workdir: str, rows: int) -> str:
+    path = os.path.join(workdir, f"distinct_{rows}.parquet")
+    if not os.path.exists(path):
+        generate_distinct(path, rows)
+    return path
+
+
+def group_by_count(path: str) -> None:
+    """(c) for distinct keys: every key's rows by pyarrow's group-by, no privacy."""
+    counts = pq.read_table(path, columns=["query"]).group_by("query").aggregate([([], "count_all")])
+    print(counts.num_rows)
 
 
 def data_file(workdir: str, rows: int) -> tuple[str, int]:
@@ -171,17 +198,31 @@ def quality(path: str, rows: int, runs: int, with_pipelinedp: bool) -> None:
         )
 
 
+KEYS_FOUND = ["--column", "query", "--delta", f"{DELTA:g}", "--max-keys-per-unit", str(MAX_KEYS)]
+
+
+def select_command(path: str, out: str) -> list[str]:
+    """pipelines.select on PATH with a unit of MAX_ROWS rows and the top TOP_K at EPSILON."""
+    return [sys.executable, "-m", "pipelines.select", "--input", path, "--privacy-unit", "user_id",
+            "--max-rows-per-unit", str(MAX_ROWS), "--top-k", str(TOP_K), "--epsilon", f"{EPSILON:g}",
+            "--output", out]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1000000,10000000")
+    parser.add_argument("--distinct-rows", default="10000000,100000000")
     parser.add_argument("--quality-rows", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     parser.add_argument("--no-pipelinedp", action="store_true")
     parser.add_argument("--numpy-count", help=argparse.SUPPRESS)
+    parser.add_argument("--group-by-count", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.numpy_count:
         return numpy_count(args.numpy_count)
+    if args.group_by_count:
+        return group_by_count(args.group_by_count)
 
     try:
         import pipeline_dp  # noqa: F401
@@ -198,10 +239,8 @@ def main() -> None:
     for rows in sizes:
         path, keys = data_file(args.workdir, rows)
         out = os.path.join(args.workdir, "release.json")
-        common = [python, "-m", "pipelines.select", "--input", path, "--privacy-unit", "user_id",
-                  "--max-rows-per-unit", str(MAX_ROWS), "--top-k", str(TOP_K), "--epsilon", f"{EPSILON:g}",
-                  "--output", out]  # fmt: skip
-        found = [*common, "--column", "query", "--delta", f"{DELTA:g}", "--max-keys-per-unit", str(MAX_KEYS)]
+        common = select_command(path, out)
+        found = [*common, *KEYS_FOUND]
         jobs = [
             ("(c) pyarrow+numpy count, not private", [python, "-m", "benchmarks.bench_keys", "--numpy-count", path]),
             (
@@ -219,6 +258,20 @@ def main() -> None:
             vs_c = seconds / times["(c)"]
             vs_a = f"{seconds / times['(a)']:>6.2f}x" if "(a)" in times else f"{'':>7}"
             print(f"{rows:>12,} {name:<46} {seconds:>8.2f} {rows / seconds:>12,.0f} {rss:>12.0f} {vs_c:>6.1f}x {vs_a}")
+    distinct = [int(r) for r in args.distinct_rows.split(",") if r]
+    if distinct:
+        print("\nEvery key distinct, 10 rows a user")
+        print(f"{'rows':>12} {'job':<46} {'seconds':>8} {'peak RSS MB':>12} {'vs (c)':>7}")
+    for rows in distinct:
+        path = distinct_file(args.workdir, rows)
+        baseline = [python, "-m", "benchmarks.bench_keys", "--group-by-count", path]
+        release = [*select_command(path, os.path.join(args.workdir, "release.json")), *KEYS_FOUND]
+        first = None
+        for name, command in (("(c) pyarrow group-by count, not private", baseline),
+                              ("(b3) select, keys found, keys-then-laplace", release)):  # fmt: skip
+            seconds, rss = timed(command)
+            first = first or seconds
+            print(f"{rows:>12,} {name:<46} {seconds:>8.2f} {rss:>12.0f} {seconds / first:>6.1f}x")
     if args.quality_rows:
         path, _ = data_file(args.workdir, args.quality_rows)
         quality(path, args.quality_rows, args.runs, have_pipelinedp)

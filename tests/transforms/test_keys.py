@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 
 import apache_beam as beam
@@ -19,6 +20,7 @@ from beam_expmech.transforms.keys import (
     KeyCounts,
     PrivateKeys,
     PrivateTopKeys,
+    SumKeyCounts,
     batch_key_counts,
     key_totals,
 )
@@ -42,6 +44,21 @@ def totals(parts) -> dict[str, tuple[int, int]]:
             rows[query] += 1
             units.setdefault(query, set()).add(user)
     return {q: (rows[q], len(units[q])) for q in rows}
+
+
+def test_a_shards_totals_cross_the_shuffle_at_the_size_of_their_data():
+    # A group-by's chunks are slices of shared buffers; pickled as they were, 10^8 distinct keys ran
+    # the DirectRunner out of memory (each accumulator crossed the shuffle ten times over).
+    rows, part = 300_000, 30_000
+    fn = SumKeyCounts()
+    accumulator = fn.create_accumulator()
+    for start in range(0, rows, part):  # parts of their own, as by_key_shard's takes are
+        keys = [f"k{i}" for i in range(start, start + part)]
+        accumulator = fn.add_input(accumulator, pa.record_batch({KEY: keys, ROWS: [1] * part, UNITS: [1] * part}))
+    merged = fn.merge_accumulators([accumulator, fn.create_accumulator()])
+    for tables in (accumulator, merged):
+        assert sum(t.num_rows for t in tables) == rows
+        assert len(pickle.dumps(tables)) < 1.05 * sum(t.nbytes for t in tables) + 10_000
 
 
 @pytest.mark.parametrize("shards", [1, 7])
