@@ -1,20 +1,28 @@
-"""DOMAIN.json files: each column's codes or labels (synthesize, evaluate_synthetic)."""
+"""DOMAIN.json files: each column's codes, labels or numeric grid (synthesize, evaluate_synthetic)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+from beam_expmech.grids import NumericGrid
 from beam_expmech.io import readers
+from beam_expmech.io.errors import InputError
 from beam_expmech.io.validation import ColumnSpec
 
-Domain = dict[str, "int | tuple[str, ...]"]
+Domain = dict[str, "int | tuple[str, ...] | NumericGrid"]
+GRID_KEYS = ("lower", "upper", "bins")
 
 
 def read_domain(path: str) -> Domain:
-    """DOMAIN.json: {"column": number of codes} (values 0 .. n-1) or {"column": ["label", ...]}.
+    """DOMAIN.json: {"column": number of codes} (values 0 .. n-1), {"column": ["label", ...]} or
+    {"column": {"lower": L, "upper": U, "bins": B}} (numbers, on B equal-width bins over [L, U]).
 
     A labelled column holds the labels in the data and in the output; inside, each label is its
-    position in the list.
+    position in the list. A numeric column holds numbers in the data and in the output; inside, each
+    number is the code of its bin (values outside [L, U] clamped into the end bins). Every entry is
+    checked here, in one place (a grid by ``NumericGrid``), before any data is read; a numeric
+    column's type (integer or float) comes from the input's schema (``with_input_types``).
     """
     try:
         raw = json.loads(readers.read_text(path))
@@ -33,17 +41,66 @@ def read_domain(path: str) -> Domain:
             domain[column] = tuple(value)
         elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             domain[column] = value
+        elif isinstance(value, dict):
+            domain[column] = _grid(path, column, value)
         else:
-            raise ValueError(f"{path}: column {column!r} needs a size >= 1 or a list of distinct labels, got {value!r}")
+            raise ValueError(f"{path}: column {column!r} needs a size >= 1, a list of distinct labels or a "
+                             f'{{"lower", "upper", "bins"}} grid, got {value!r}')  # fmt: skip
     return domain
 
 
+def _grid(path: str, column: str, entry: dict) -> NumericGrid:
+    unknown = [k for k in entry if k not in GRID_KEYS]
+    if unknown:
+        raise ValueError(f"{path}: column {column!r}: unknown key {unknown[0]!r} (a grid has {', '.join(GRID_KEYS)})")
+    missing = [k for k in GRID_KEYS if k not in entry]
+    if missing:
+        raise ValueError(f"{path}: column {column!r}: the grid needs {missing[0]!r}")
+    try:
+        return NumericGrid(entry["lower"], entry["upper"], entry["bins"])
+    except ValueError as error:
+        raise ValueError(f"{path}: column {column!r}: {error}") from None
+
+
+def with_input_types(domain: Domain, pattern: str, fmt: str | None, path: str) -> Domain:
+    """``domain`` (read from ``path``) with each numeric column's grid typed as the schema of the input files
+    (``pattern``, read as ``fmt``) types the column (no row is
+    read): integers stay integers (an integer grid, checked to hold an integer in every bin), floating-point
+    numbers floats, and a CSV column, text by nature, is read as numbers (floats). A numeric grid on a column
+    the schema types otherwise (text in Parquet or Avro, booleans) is an InputError naming the file."""
+    numeric = [c for c, v in domain.items() if isinstance(v, NumericGrid)]
+    if not numeric:
+        return domain
+    files = readers.match_files(pattern)
+    families = readers.check_columns(files, fmt, numeric)
+    csv = all(readers.file_format(f, fmt) == "csv" for f in files)
+    typed = dict(domain)
+    for column in numeric:
+        family = families.get(column)
+        if family not in (None, "integers", "floating-point numbers") and not (family == "text" and csv):
+            raise InputError(f"{files[0]}: column {column!r} holds {family}, but {path} gives it a numeric grid")
+        try:
+            typed[column] = dataclasses.replace(domain[column], integer=family == "integers")
+        except ValueError as error:
+            raise ValueError(f"{path}: column {column!r}: {error}") from None
+    return typed
+
+
 def domain_sizes(domain: Domain) -> dict[str, int]:
-    return {c: v if isinstance(v, int) else len(v) for c, v in domain.items()}
+    """Each column's number of codes: its size, its labels, or its grid's bins."""
+    return {c: v if isinstance(v, int) else v.bins if isinstance(v, NumericGrid) else len(v) for c, v in domain.items()}
 
 
-def domain_spec(column: str, value: int | tuple[str, ...]) -> ColumnSpec:
-    """How to read a column of the domain: int codes in [0, size), or one of its labels (as its code)."""
+def grids(domain: Domain) -> dict[str, NumericGrid]:
+    """The numeric columns' grids."""
+    return {c: v for c, v in domain.items() if isinstance(v, NumericGrid)}
+
+
+def domain_spec(column: str, value: int | tuple[str, ...] | NumericGrid) -> ColumnSpec:
+    """How to read a column of the domain: int codes in [0, size), one of its labels (as its code), or a
+    number (as its bin's code: an integer with an integer grid, else a float)."""
+    if isinstance(value, NumericGrid):
+        return ColumnSpec(column, "int" if value.integer else "float", grid=value)
     if isinstance(value, int):
         return ColumnSpec(column, "int", domain=(0, value))
     return ColumnSpec(column, "label", labels=value)

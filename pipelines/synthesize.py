@@ -4,14 +4,20 @@
         [--method aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N] [--rounds R]
         [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
 
-DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1) or
+DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1),
 {"column": ["label", ...]} (every value one of the labels; the output has labels too); other
-values go to the dead letter with the reason, never clipped. The pass counts, in one go,
+values go to the dead letter with the reason, never clipped. Or {"column": {"lower": L,
+"upper": U, "bins": B}}: numbers, each counted as its bin among B equal-width bins over [L, U]
+(public), values outside [L, U] clamped into the end bins (counted in the non-private log at
+DEBUG), NaN, infinities and nulls to the dead letter; the output holds a number drawn uniformly
+inside each synthetic row's bin (post-processing), an integer if the input's schema says the
+column holds integers, and the manifest states the grid. The pass counts, in one go,
 every k-way marginal of the columns (aim, mwem) or the full-domain histogram (blr); the
 generator touches those counts only through mechanisms, then samples rows. aim (the default)
 is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are pure epsilon-DP.
-The output keeps the columns and codes; OUT.manifest.json beside it says what was spent and
-which marginals were measured (private outputs, so releasable).
+The output keeps the columns and codes (labels, numbers); OUT.manifest.json beside it says what
+was spent, which marginals were measured (private outputs, so releasable) and each numeric
+column's grid (public).
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ def build_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
     flags.add_input_flags(parser)
     parser.add_argument(
-        "--domain", required=True, help='DOMAIN.json: {"column": number of codes} or {"column": ["label", ...]}'
+        "--domain",
+        required=True,
+        help='DOMAIN.json: {"column": number of codes}, {"column": ["label", ...]} or '
+        '{"column": {"lower": L, "upper": U, "bins": B}}',
     )
     flags.add_privacy_flags(parser)
     parser.add_argument(
@@ -86,10 +95,12 @@ def _progress_bar():
 def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> None:
     """The table (Parquet or CSV by extension), then the manifest, each written atomically.
 
-    Columns the domain file labels are written as labels, the others as their int codes.
+    Columns the domain file labels are written as labels, numeric columns as their numbers (int64 or
+    float64), the others as their int codes.
     """
     columns, manifest = payload
-    arrays = {c: pa.array(np.asarray(v, dtype=np.int64)) for c, v in columns.items()}
+    arrays = {c: pa.array(np.asarray(v) if np.asarray(v).dtype.kind == "f" else np.asarray(v, dtype=np.int64))
+              for c, v in columns.items()}  # fmt: skip
     table = pa.table({c: pa.array(labels[c]).take(v) if c in labels else v for c, v in arrays.items()})
     if output.lower().endswith(".csv"):
         data = writers.table_to_csv(table)
@@ -114,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
     described = {c: described[c] for c in columns}
     domain = domain_files.domain_sizes(described)
+    numeric = domain_files.grids(described)
     # Flag-level checks that name the flags; the step checks the rest (and the generator's memory) when
     # built: all before any budget is spent.
     if args.method == "blr" and args.rows is None:
@@ -123,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             parameters.count(value, flag)
     if args.method != "blr" and args.workload_degree is not None:
         parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns), of="columns")
+    if numeric:  # integer or float, from the input's schema (no row read)
+        described = domain_files.with_input_types(described, args.input, args.format, args.domain)
+        numeric = domain_files.grids(described)
     step = PrivateSynthesis(
         method=args.method,
         domain=domain,
@@ -132,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         rows=args.rows,
         rounds=args.rounds,
         max_rows=rows_per_unit(args.max_rows_per_unit),
+        grids=numeric,
         seed=args.seed,
         progress=_progress_bar() if sys.stderr.isatty() else None,
     )
@@ -149,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         method=args.method,
         guarantee="rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
         columns=columns,
+        **({"numeric": {c: g.manifest() for c, g in numeric.items()}} if numeric else {}),
     )
     release = GatherCounts() | step | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))
     output = args.output
-    labels = {c: v for c, v in described.items() if not isinstance(v, int)}
+    labels = {c: v for c, v in described.items() if isinstance(v, tuple)}
     plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
             "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells",
             "generator memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
