@@ -64,10 +64,10 @@ def _grid(path: str, column: str, entry: dict) -> NumericGrid:
 
 def with_input_types(domain: Domain, pattern: str, fmt: str | None, path: str) -> Domain:
     """``domain`` (read from ``path``) with each numeric column's grid typed as the schema of the input files
-    (``pattern``, read as ``fmt``) types the column (no row is
-    read): integers stay integers (an integer grid, checked to hold an integer in every bin), floating-point
-    numbers floats, and a CSV column, text by nature, is read as numbers (floats). A numeric grid on a column
-    the schema types otherwise (text in Parquet or Avro, booleans) is an InputError naming the file."""
+    (``pattern``, read as ``fmt``) types the column, no row read: integers stay integers (an integer grid,
+    checked to hold an integer in every bin), floating-point numbers floats, and a CSV column, text by
+    nature, is read as numbers (floats). A grid on a column the schema types otherwise (text in Parquet or
+    Avro, booleans) is an InputError. The domain as it is when it has no numeric column (no file opened)."""
     numeric = [c for c, v in domain.items() if isinstance(v, NumericGrid)]
     if not numeric:
         return domain
@@ -78,7 +78,7 @@ def with_input_types(domain: Domain, pattern: str, fmt: str | None, path: str) -
     for column in numeric:
         family = families.get(column)
         if family not in (None, "integers", "floating-point numbers") and not (family == "text" and csv):
-            raise InputError(f"{files[0]}: column {column!r} holds {family}, but {path} gives it a numeric grid")
+            raise InputError(f"{pattern}: column {column!r} holds {family}, but {path} gives it a numeric grid")
         try:
             typed[column] = dataclasses.replace(domain[column], integer=family == "integers")
         except ValueError as error:

@@ -92,6 +92,12 @@ def _progress_bar():
     return show
 
 
+def _as_array(values) -> pa.Array:
+    """Floats (a numeric float column) as float64, anything else (codes, integers) as int64."""
+    values = np.asarray(values)
+    return pa.array(values if values.dtype.kind == "f" else values.astype(np.int64, copy=False))
+
+
 def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> None:
     """The table (Parquet or CSV by extension), then the manifest, each written atomically.
 
@@ -99,8 +105,7 @@ def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> N
     float64), the others as their int codes.
     """
     columns, manifest = payload
-    arrays = {c: pa.array(np.asarray(v) if np.asarray(v).dtype.kind == "f" else np.asarray(v, dtype=np.int64))
-              for c, v in columns.items()}  # fmt: skip
+    arrays = {c: _as_array(v) for c, v in columns.items()}
     table = pa.table({c: pa.array(labels[c]).take(v) if c in labels else v for c, v in arrays.items()})
     if output.lower().endswith(".csv"):
         data = writers.table_to_csv(table)
@@ -125,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
     described = {c: described[c] for c in columns}
     domain = domain_files.domain_sizes(described)
-    numeric = domain_files.grids(described)
     # Flag-level checks that name the flags; the step checks the rest (and the generator's memory) when
     # built: all before any budget is spent.
     if args.method == "blr" and args.rows is None:
@@ -135,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             parameters.count(value, flag)
     if args.method != "blr" and args.workload_degree is not None:
         parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns), of="columns")
-    if numeric:  # integer or float, from the input's schema (no row read)
-        described = domain_files.with_input_types(described, args.input, args.format, args.domain)
-        numeric = domain_files.grids(described)
+    # A numeric column's grid: integer or float, from the input's schema (no row read).
+    described = domain_files.with_input_types(described, args.input, args.format, args.domain)
+    numeric = domain_files.grids(described)
     step = PrivateSynthesis(
         method=args.method,
         domain=domain,
