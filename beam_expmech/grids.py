@@ -20,6 +20,9 @@ from functools import cached_property
 import numpy as np
 
 MAX_BINS = 10_000
+FLOAT_LATTICE = (
+    2**16
+)  # edges placed near given points (NumericGrid.near) of a float column: lower + k (upper - lower) / 2^16
 EXACT_INTEGERS = 2**53  # an integer grid's bounds stay where float64 edges are exact integers
 
 
@@ -39,6 +42,8 @@ def _real(value: object, name: str) -> float:
 class NumericGrid:
     """``bins`` equal-width bins over [``lower``, ``upper``] (public); ``integer``: the column holds integers.
 
+    ``cuts``: the bins - 1 inner edges, when they are not equal-width (edges released privately,
+    pipelines.synthesize's "bins": "private"): increasing, strictly inside (lower, upper).
     Checked when built: finite bounds with lower < upper, 1 <= bins <= MAX_BINS (an integer), bins
     wide enough to tell apart in float64, and for an integer column bounds within +-2^53 and at
     least one integer in every bin (a synthetic value is drawn inside its bin).
@@ -48,6 +53,7 @@ class NumericGrid:
     upper: int | float
     bins: int
     integer: bool = False
+    cuts: tuple[float, ...] | None = None
 
     def __post_init__(self):
         lower, upper = _real(self.lower, "lower"), _real(self.upper, "upper")
@@ -57,6 +63,10 @@ class NumericGrid:
             raise ValueError(f"bins must be an integer, got {self.bins!r}")
         if not 1 <= self.bins <= MAX_BINS:
             raise ValueError(f"bins must be between 1 and {MAX_BINS:,}, got {self.bins}")
+        if self.cuts is not None and (len(self.cuts) != self.bins - 1 or not np.all(np.isfinite(self.cuts))):
+            raise ValueError(f"cuts must be the {self.bins - 1} finite inner edges of the bins")
+        if self.cuts is not None and not np.all(np.diff(self.edges) > 0):
+            raise ValueError("the edges must increase strictly from lower to upper")
         if not np.all(np.diff(self.edges) > 0):
             raise ValueError(f"{self.bins} bins over [{lower!r}, {upper!r}] are too narrow for floating point")
         if self.integer:
@@ -68,9 +78,39 @@ class NumericGrid:
                 raise ValueError(f"bin {empty[0]} of {self.bins} over [{lower!r}, {upper!r}] holds no integer "
                                  "(fewer bins, or a float column)")  # fmt: skip
 
+    @classmethod
+    def near(cls, lower: float, upper: float, bins: int, *, integer: bool, points: np.ndarray) -> NumericGrid:
+        """A grid whose bins - 1 inner edges lie near ``points`` (released quantiles): post-processing, vectorised.
+        Each point is snapped onto a public lattice (the integers for an integer column, so that every bin holds
+        one, else FLOAT_LATTICE equal steps of [lower, upper]), then moved the least to make the edges increase
+        strictly. A ValueError if the lattice has too few points inside (lower, upper) for the bins."""
+        grid = cls(lower, upper, bins, integer=False)  # the bounds' and bins' checks
+        points = np.sort(np.asarray(points, dtype=np.float64))
+        if points.shape != (bins - 1,):
+            raise ValueError(f"{bins} bins need {bins - 1} points, got {points.size}")
+        if integer:
+            first, last = math.ceil(grid.lower) + 1, math.ceil(grid.upper) - 1  # inside (lower, upper)
+            lattice, steps = None, np.ceil(points)
+            if last - first < bins - 2:
+                raise ValueError(f"{bins} bins over [{lower!r}, {upper!r}] need more integers in it")
+        else:
+            first, last = 1, FLOAT_LATTICE - 1
+            lattice = np.linspace(float(lower), float(upper), FLOAT_LATTICE + 1)
+            if not np.all(np.diff(lattice) > 0):
+                raise ValueError(f"[{lower!r}, {upper!r}] is too narrow for floating point")
+            steps = np.rint((points - float(lower)) / (float(upper) - float(lower)) * FLOAT_LATTICE)
+        j = np.arange(bins - 1)
+        steps = np.clip(np.nan_to_num(steps), first, last).astype(np.int64)
+        steps = np.maximum.accumulate(np.maximum(steps, first + j) - j) + j  # strictly increasing, each >= first
+        steps = np.minimum(steps, last - (bins - 2 - j))  # and <= last, still strictly increasing
+        cuts = steps if lattice is None else lattice[steps]
+        return cls(lower, upper, bins, integer=integer, cuts=tuple(float(c) for c in cuts))
+
     @cached_property
     def edges(self) -> np.ndarray:
-        """The bins + 1 edges, float64, from lower to upper exactly."""
+        """The bins + 1 edges, float64, from lower to upper exactly (equal-width unless ``cuts`` are given)."""
+        if self.cuts is not None:
+            return np.array([self.lower, *self.cuts, self.upper], dtype=np.float64)
         return np.linspace(float(self.lower), float(self.upper), self.bins + 1)
 
     @cached_property
@@ -94,5 +134,6 @@ class NumericGrid:
 
     def manifest(self) -> dict:
         """The grid as a release states it (public)."""
-        return {"lower": self.lower, "upper": self.upper, "bins": self.bins,
-                "type": "integer" if self.integer else "float"}  # fmt: skip
+        stated = {"lower": self.lower, "upper": self.upper, "bins": self.bins,
+                  "type": "integer" if self.integer else "float"}  # fmt: skip
+        return stated if self.cuts is None else stated | {"edges": self.edges.tolist()}

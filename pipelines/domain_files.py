@@ -4,14 +4,52 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
+
+import numpy as np
 
 from beam_expmech.grids import NumericGrid
 from beam_expmech.io import readers
 from beam_expmech.io.errors import InputError
 from beam_expmech.io.validation import ColumnSpec
 
-Domain = dict[str, "int | tuple[str, ...] | NumericGrid"]
 GRID_KEYS = ("lower", "upper", "bins")
+PRIVATE_KEYS = ("count", "share")  # with "bins": "private"
+MAX_PRIVATE_BINS = 64  # JointExp draws count - 1 quantiles together: seconds at 64, and the edges are rehearsed
+
+
+@dataclass(frozen=True)
+class PrivateGrid:
+    """A numeric column whose ``count`` bins over [``lower``, ``upper``] have edges at private quantiles of the
+    column, released with ``share`` of the run's epsilon (public parameters; the edges are a release).
+    ``integer``: the column holds integers (from the input's schema). Checked when built, with a rehearsal
+    of the edges' post-processing (``NumericGrid.near``), so that a grid the edges cannot make fails before
+    any data is read or budget spent."""
+
+    lower: int | float
+    upper: int | float
+    count: int
+    share: float
+    integer: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or not 2 <= self.count <= MAX_PRIVATE_BINS:
+            raise ValueError(f"count must be an integer from 2 to {MAX_PRIVATE_BINS}, got {self.count!r}")
+        if isinstance(self.share, bool) or not isinstance(self.share, (int, float)) or not 0 < self.share < 1:
+            raise ValueError(f"share must be a number strictly between 0 and 1, got {self.share!r}")
+        self.grid(np.full(self.count - 1, float(self.lower)))
+
+    @property
+    def quantiles(self) -> list[float]:
+        """The quantiles whose values are the inner edges: 1/count, 2/count, ..."""
+        return [j / self.count for j in range(1, self.count)]
+
+    def grid(self, points: np.ndarray) -> NumericGrid:
+        """The grid whose inner edges lie near the released quantiles ``points`` (post-processing)."""
+        return NumericGrid.near(self.lower, self.upper, self.count, integer=self.integer, points=points)
+
+
+Domain = dict[str, "int | tuple[str, ...] | NumericGrid | PrivateGrid"]
 
 
 def read_domain(path: str) -> Domain:
@@ -49,14 +87,17 @@ def read_domain(path: str) -> Domain:
     return domain
 
 
-def _grid(path: str, column: str, entry: dict) -> NumericGrid:
-    unknown = [k for k in entry if k not in GRID_KEYS]
+def _grid(path: str, column: str, entry: dict) -> NumericGrid | PrivateGrid:
+    keys = GRID_KEYS + PRIVATE_KEYS if entry.get("bins") == "private" else GRID_KEYS
+    unknown = [k for k in entry if k not in keys]
     if unknown:
-        raise ValueError(f"{path}: column {column!r}: unknown key {unknown[0]!r} (a grid has {', '.join(GRID_KEYS)})")
-    missing = [k for k in GRID_KEYS if k not in entry]
+        raise ValueError(f"{path}: column {column!r}: unknown key {unknown[0]!r} (a grid has {', '.join(keys)})")
+    missing = [k for k in keys if k not in entry]
     if missing:
         raise ValueError(f"{path}: column {column!r}: the grid needs {missing[0]!r}")
     try:
+        if entry["bins"] == "private":
+            return PrivateGrid(entry["lower"], entry["upper"], entry["count"], entry["share"])
         return NumericGrid(entry["lower"], entry["upper"], entry["bins"])
     except ValueError as error:
         raise ValueError(f"{path}: column {column!r}: {error}") from None
@@ -68,7 +109,7 @@ def with_input_types(domain: Domain, pattern: str, fmt: str | None, path: str) -
     checked to hold an integer in every bin), floating-point numbers floats, and a CSV column, text by
     nature, is read as numbers (floats). A grid on a column the schema types otherwise (text in Parquet or
     Avro, booleans) is an InputError. The domain as it is when it has no numeric column (no file opened)."""
-    numeric = [c for c, v in domain.items() if isinstance(v, NumericGrid)]
+    numeric = [c for c, v in domain.items() if isinstance(v, (NumericGrid, PrivateGrid))]
     if not numeric:
         return domain
     files = readers.match_files(pattern)
@@ -88,7 +129,31 @@ def with_input_types(domain: Domain, pattern: str, fmt: str | None, path: str) -
 
 def domain_sizes(domain: Domain) -> dict[str, int]:
     """Each column's number of codes: its size, its labels, or its grid's bins."""
-    return {c: v if isinstance(v, int) else v.bins if isinstance(v, NumericGrid) else len(v) for c, v in domain.items()}
+
+    def size(value) -> int:
+        if isinstance(value, int):
+            return value
+        if isinstance(value, NumericGrid):
+            return value.bins
+        return value.count if isinstance(value, PrivateGrid) else len(value)
+
+    return {c: size(v) for c, v in domain.items()}
+
+
+def private_grids(domain: Domain) -> dict[str, PrivateGrid]:
+    """The numeric columns whose edges are to be released privately."""
+    return {c: v for c, v in domain.items() if isinstance(v, PrivateGrid)}
+
+
+def with_released_edges(domain: Domain, manifest: dict) -> Domain:
+    """``domain`` with each private grid replaced by the grid a synthesize ``manifest`` released for it."""
+    released = dict(domain)
+    for column, private in private_grids(domain).items():
+        edges = manifest.get("numeric", {}).get(column, {}).get("edges")
+        if not isinstance(edges, list) or len(edges) != private.count + 1:
+            raise ValueError(f"the manifest states no {private.count + 1} edges for column {column!r}")
+        released[column] = NumericGrid(private.lower, private.upper, private.count, cuts=tuple(edges[1:-1]))
+    return released
 
 
 def grids(domain: Domain) -> dict[str, NumericGrid]:
@@ -101,6 +166,8 @@ def domain_spec(column: str, value: int | tuple[str, ...] | NumericGrid) -> Colu
     number (as its bin's code: an integer with an integer grid, else a float)."""
     if isinstance(value, NumericGrid):
         return ColumnSpec(column, "int" if value.integer else "float", grid=value)
+    if isinstance(value, PrivateGrid):  # its values, as numbers, for the quantiles that place its edges
+        return ColumnSpec(column, "int" if value.integer else "float")
     if isinstance(value, int):
         return ColumnSpec(column, "int", domain=(0, value))
     return ColumnSpec(column, "label", labels=value)

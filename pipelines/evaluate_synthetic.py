@@ -3,10 +3,10 @@
     python -m pipelines.evaluate_synthetic REAL DOMAIN.json SYNTH [--degree 3] [--columns a,b,c]
 
 For every k-way marginal of the columns (default: all of the domain's columns; a numeric column
-counted by the bins of its grid, as synthesize counts it), both tables' counts are normalised to
-probabilities and compared in L1 (0 .. 2); prints the average and the largest over the workload:
-the AIM paper's workload error (McKenna et al. 2022), twice the total variation distance that
-Private-PGM's scripts print.
+counted by the bins of its grid, as synthesize counts it; private edges as SYNTH's manifest states
+them), both tables' counts are normalised to probabilities and compared in L1 (0 .. 2); prints the
+average and the largest over the workload: the AIM paper's workload error (McKenna et al. 2022),
+twice the total variation distance that Private-PGM's scripts print.
 Use it to judge a generator on data you may look at, never to publish.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 from beam_expmech.io import readers
 from beam_expmech.io.validation import REASON, MalformedRows, validate
 from beam_expmech.predicates import MarginalWorkload
-from pipelines import console, domain_files, flags
+from pipelines import console, domain_files, flags, synthesize
 
 
 def workload_counts(path: str, workload: MarginalWorkload, domain: domain_files.Domain, domain_path: str) -> np.ndarray:
@@ -60,6 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--columns", help="comma-separated (default: every column of the domain)")
     args = parser.parse_args(argv)
     domain = domain_files.read_domain(args.domain)
+    if domain_files.private_grids(domain):  # their edges were released: the synthetic table's manifest states them
+        manifest = synthesize.manifest_path(args.synthetic)
+        try:
+            released = readers.read_json(manifest)
+        except (OSError, ValueError):
+            raise ValueError(
+                f"{args.domain} has private bin edges, stated in {manifest}, which cannot be read"
+            ) from None
+        domain = domain_files.with_released_edges(domain, released)
     columns = args.columns.split(",") if args.columns else list(domain)
     if not 1 <= args.degree <= len(columns):
         raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")

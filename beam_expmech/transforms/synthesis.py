@@ -57,11 +57,13 @@ def numbers_in_bins(grid: NumericGrid, codes: np.ndarray, *, source: RandomSourc
 class PrivateSynthesis(beam.PTransform):
     """Synthetic rows over ``domain`` ({column: number of codes}) that answer its k-way marginals privately.
 
-    Privacy: ``aim`` is rho-zCDP with rho = the most that is (``epsilon``, ``delta``)-DP; ``mwem``
-    and ``blr`` are pure ``epsilon``-DP (``cost``), when each privacy unit has at most
-    ``max_rows`` = K rows: every cell of the workload (``family``, which the data pass must
-    count) then moves by at most K. ``degree``: the k of the k-way marginals (aim, mwem; default
-    3, or every column if fewer); blr counts the full-domain histogram and needs ``rows``.
+    Privacy: ``aim`` is rho-zCDP with rho = the most that is (``epsilon``, ``delta``)-DP, less
+    ``rho_elsewhere`` (zCDP the same run spends on other releases, such as private bin edges, so
+    that together they stay (epsilon, delta)-DP); ``mwem`` and ``blr`` are pure ``epsilon``-DP
+    (``cost``), when each privacy unit has at most ``max_rows`` = K rows: every cell of the
+    workload (``family``, which the data pass must count) then moves by at most K. ``degree``:
+    the k of the k-way marginals (aim, mwem; default 3, or every column if fewer); blr counts the
+    full-domain histogram and needs ``rows``.
     ``grids``: the public grid of each numeric column (its domain size is the grid's bins): the
     column's codes become numbers drawn inside their bins (``numbers_in_bins``, post-processing).
     ``seed`` is for tests only (not private).
@@ -79,6 +81,7 @@ class PrivateSynthesis(beam.PTransform):
         rounds: int | None = None,
         max_rows: int = 1,
         grids: dict[str, NumericGrid] | None = None,
+        rho_elsewhere: float = 0.0,
         seed: int | None = None,
         progress: Callable[[float], None] | None = None,
     ):
@@ -100,6 +103,13 @@ class PrivateSynthesis(beam.PTransform):
         self.rows = None if rows is None else parameters.count(rows, "rows")
         self.rounds = None if rounds is None else parameters.count(rounds, "rounds")
         self.seed, self.progress = parameters.test_seed(seed), progress
+        self.rho_elsewhere = 0.0
+        if rho_elsewhere:
+            if method != "aim":
+                raise ValueError("rho_elsewhere is for aim (mwem and blr take what is left of epsilon)")
+            self.rho_elsewhere = parameters.positive_finite(rho_elsewhere, "rho_elsewhere")
+            if self.rho_elsewhere >= epsilon_to_zcdp(self.epsilon, delta=self.delta):
+                raise ValueError("the other releases spend all of the (epsilon, delta) budget: nothing is left for aim")
         columns = list(self.domain)
         if method == "blr":
             if self.rows is None:
@@ -119,8 +129,8 @@ class PrivateSynthesis(beam.PTransform):
 
     @property
     def rho(self) -> float:
-        """AIM's zCDP budget: the largest rho whose conversion is (epsilon, delta)-DP."""
-        return epsilon_to_zcdp(self.epsilon, delta=self.delta)
+        """AIM's zCDP budget: the largest rho whose conversion is (epsilon, delta)-DP, less ``rho_elsewhere``."""
+        return epsilon_to_zcdp(self.epsilon, delta=self.delta) - self.rho_elsewhere
 
     @property
     def cost(self) -> Release:
