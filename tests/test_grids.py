@@ -65,3 +65,19 @@ def test_the_manifest_states_the_grid():
 def test_a_bad_grid_is_refused_when_built(lower, upper, bins, integer, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("+", r"\+").replace("^", r"\^")):
         NumericGrid(lower, upper, bins, integer=integer)
+
+
+def test_edges_near_released_points_snap_to_a_public_lattice_and_increase_strictly():
+    grid = NumericGrid.near(17, 91, 8, integer=True, points=np.array([91, 20, 20, 20.5, 40, 60, 90.9]))  # unsorted
+    assert grid.edges.tolist() == [17, 20, 21, 22, 40, 60, 89, 90, 91]  # ties pushed apart, the last below upper
+    first, last = grid.integer_ranges
+    assert np.all(first <= last)  # every bin holds an integer
+    floats = NumericGrid.near(0, 1, 4, integer=False, points=np.array([0.0, 0.0, 0.5]))
+    assert floats.edges.tolist() == [0, 2**-16, 2**-15, 0.5, 1] and floats.manifest()["edges"] == floats.edges.tolist()
+    assert np.array_equal(floats.codes(np.array([0.00002, 0.7]))[0], [1, 3])
+    with pytest.raises(ValueError, match="need more integers"):
+        NumericGrid.near(0, 3, 4, integer=True, points=np.zeros(3))
+    with pytest.raises(ValueError, match="too narrow for floating point"):
+        NumericGrid.near(1e16, 1e16 + 64, 3, integer=False, points=np.zeros(2))
+    with pytest.raises(ValueError, match="need 2 points"):
+        NumericGrid.near(0, 1, 3, integer=False, points=np.zeros(3))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 
@@ -13,7 +15,7 @@ import pytest
 from commands import assert_usage_error
 from public_tables import DATA
 
-from beam_expmech.accounting import zcdp_to_epsilon
+from beam_expmech.accounting import epsilon_to_zcdp, zcdp_to_epsilon
 from beam_expmech.grids import NumericGrid
 from beam_expmech.ledger import Ledger
 from pipelines import evaluate_synthetic, synthesize
@@ -277,3 +279,103 @@ def test_a_numeric_entry_on_a_text_column_is_refused_from_the_schema(tmp_path):
             "--output": str(tmp_path / "s.csv")}  # fmt: skip
     assert_usage_error("pipelines.synthesize", args, "column 'age' holds text, but")
     assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("method", ["aim", "mwem"])
+def test_private_edges_are_released_at_quantiles_and_charged_with_the_synthesis_once(tmp_path, method):
+    rng = np.random.default_rng(22)  # test-only
+    age = np.concatenate([rng.integers(18, 30, 1_500), rng.integers(60, 80, 1_500)])
+    pq.write_table(pa.table({"age": age, "c": (age > 50).astype(np.int64)}), tmp_path / "d.parquet")
+    entry = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.25}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": entry, "c": 2}))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=20.0, delta=1e-6)
+    out = tmp_path / "s.parquet"
+    args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "8",
+            "--delta", "1e-8", "--method", method, "--rounds", "3", "--seed", "6", "--output", str(out),
+            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+    assert synthesize.main(args) == 0
+
+    manifest = json.loads((tmp_path / "s.manifest.json").read_text())
+    stated = manifest["numeric"]["age"]
+    assert stated["edges_epsilon"] == 2.0 and stated["type"] == "integer" and stated["bins"] == 4
+    edges = np.array(stated["edges"])
+    assert edges[0] == 0 and edges[-1] == 120 and np.all(np.diff(edges) > 0) and np.all(edges == np.round(edges))
+    assert 18 <= edges[2] <= 80  # the median lies between the two groups at epsilon 2 on 3,000 rows
+    assert not (tmp_path / "s.edges.json").exists()  # the edges are in the manifest
+
+    (release,) = ledger.dataset("d")["releases"]  # one charge for the edges and the synthesis
+    if method == "aim":
+        assert release["rho"] == pytest.approx(epsilon_to_zcdp(8, delta=1e-8)) and manifest["rho"] == release["rho"]
+    else:
+        assert release["epsilon"] == pytest.approx(8.0)
+
+    table = pq.read_table(out)
+    grid = NumericGrid(0, 120, 4, integer=True, cuts=tuple(edges[1:-1]))
+    values = table.column("age").to_numpy()
+    first, last = grid.integer_ranges
+    codes = grid.codes(values)[0]
+    assert np.all((first[codes] <= values) & (values <= last[codes])) and values.min() >= 0 and values.max() <= 120
+
+    real = np.bincount(grid.codes(age)[0], minlength=4) / age.size
+    synthetic = np.bincount(codes, minlength=4) / values.size
+    error = np.abs(real - synthetic).sum()
+    run = evaluate_one_way(tmp_path / "d.parquet", tmp_path / "domain.json", out)
+    assert f"average L1 error {error:.4f}" in run  # evaluate_synthetic reads the edges from the manifest
+
+
+def evaluate_one_way(*paths) -> str:
+    """What evaluate_synthetic prints of the 1-way marginal of age."""
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert evaluate_synthetic.main([*(str(p) for p in paths), "--columns", "age", "--degree", "1"]) == 0
+    return stdout.getvalue()
+
+
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ({"count": 1}, "count must be an integer from 2 to 64"),
+        ({"count": 65}, "count must be an integer from 2 to 64"),
+        ({"count": 4.0}, "count must be an integer from 2 to 64"),
+        ({"share": 0}, "share must be a number strictly between 0 and 1"),
+        ({"share": 1.5}, "share must be a number strictly between 0 and 1"),
+        ({"step": 1}, "unknown key 'step'"),
+        ({"upper": 5, "count": 8}, "need more integers"),  # the input's age holds integers
+        ({"lower": 50, "upper": 50}, "lower must be below upper"),
+    ],
+)
+def test_a_bad_private_grid_stops_before_any_data_or_budget(tmp_path, entry, message):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    (tmp_path / "domain.json").write_text(
+        json.dumps({"age": {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.2} | entry, "c": 2})
+    )
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv"), "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, message)
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
+def test_private_grids_must_leave_the_generator_some_epsilon(tmp_path):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    private = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.5}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private, "income": private, "c": 2}))
+    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv")}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, "shares add up to 1")
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"count": 4, "bins": 4}}))
+    assert_usage_error("pipelines.synthesize", args, "unknown key 'count'")
+    # aim: the edges' epsilon^2/8 zCDP each, out of the rho of (epsilon, delta), must leave it some
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"share": 0.9}, "c": 2}))
+    assert_usage_error("pipelines.synthesize", args, "nothing is left for aim")
+
+
+def test_evaluate_needs_the_manifest_that_states_private_edges(tmp_path):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    private = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.5}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private}))
+    args = [str(tmp_path / "d.parquet"), str(tmp_path / "domain.json"), str(tmp_path / "d.parquet"), "--degree", "1"]
+    with pytest.raises(ValueError, match=r"private bin edges, stated in .*d\.manifest\.json, which cannot be read"):
+        evaluate_synthetic.main(args)
