@@ -20,9 +20,8 @@ from functools import cached_property
 import numpy as np
 
 MAX_BINS = 10_000
-FLOAT_LATTICE = (
-    2**16
-)  # edges placed near given points (NumericGrid.near) of a float column: lower + k (upper - lower) / 2^16
+# Where NumericGrid.near may place a float column's edges: lower + k (upper - lower) / FLOAT_LATTICE.
+FLOAT_LATTICE = 2**16
 EXACT_INTEGERS = 2**53  # an integer grid's bounds stay where float64 edges are exact integers
 
 

@@ -161,9 +161,10 @@ def grids(domain: Domain) -> dict[str, NumericGrid]:
     return {c: v for c, v in domain.items() if isinstance(v, NumericGrid)}
 
 
-def domain_spec(column: str, value: int | tuple[str, ...] | NumericGrid) -> ColumnSpec:
-    """How to read a column of the domain: int codes in [0, size), one of its labels (as its code), or a
-    number (as its bin's code: an integer with an integer grid, else a float)."""
+def domain_spec(column: str, value: int | tuple[str, ...] | NumericGrid | PrivateGrid) -> ColumnSpec:
+    """How to read a column of the domain: int codes in [0, size), one of its labels (as its code), a
+    number (as its bin's code: an integer with an integer grid, else a float), or for a private grid
+    whose edges are not yet released, the number itself."""
     if isinstance(value, NumericGrid):
         return ColumnSpec(column, "int" if value.integer else "float", grid=value)
     if isinstance(value, PrivateGrid):  # its values, as numbers, for the quantiles that place its edges

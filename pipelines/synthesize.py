@@ -4,7 +4,7 @@
         [--method aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N] [--rounds R]
         [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
 
-DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1),
+DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1) or
 {"column": ["label", ...]} (every value one of the labels; the output has labels too); other
 values go to the dead letter with the reason, never clipped. Or {"column": {"lower": L,
 "upper": U, "bins": B}}: numbers, each counted as its bin among B equal-width bins over [L, U]
@@ -13,13 +13,15 @@ DEBUG), NaN, infinities and nulls to the dead letter; the output holds a number 
 inside each synthetic row's bin (post-processing), an integer if the input's schema says the
 column holds integers, and the manifest states the grid. With {"bins": "private", "count": B,
 "share": s} the B - 1 inner edges are the column's private quantiles (JointExp with s x epsilon,
-a first data pass), stated in the manifest; the generator spends the rest. The pass counts, in one go,
-every k-way marginal of the columns (aim, mwem) or the full-domain histogram (blr); the
-generator touches those counts only through mechanisms, then samples rows. aim (the default)
-is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are pure epsilon-DP.
-The output keeps the columns and codes (labels, numbers); OUT.manifest.json beside it says what
-was spent, which marginals were measured (private outputs, so releasable) and each numeric
-column's grid (public).
+in a first data pass), stated in the manifest; the generator spends the rest, and the run is
+charged once for both passes.
+
+The pass counts, in one go, every k-way marginal of the columns (aim, mwem) or the full-domain
+histogram (blr); the generator touches those counts only through mechanisms, then samples rows.
+aim (the default) is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are
+pure epsilon-DP. The output keeps the columns and codes (labels, numbers); OUT.manifest.json
+beside it says what was spent, which marginals were measured (private outputs, so releasable)
+and each numeric column's grid.
 """
 
 from __future__ import annotations

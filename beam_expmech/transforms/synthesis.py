@@ -152,10 +152,8 @@ class PrivateSynthesis(beam.PTransform):
                 counts, sizes, rows=self.rows, epsilon=self.epsilon, max_rows=self.max_rows, rng=self.seed
             )
             codes = blr.histogram_to_rows(histogram, sizes)
-            table = {c: codes[:, i] for i, c in enumerate(columns)}
-            return self._numbers(table, random_source(None if self.seed is None else self.seed + 1)), {
-                "rows": self.rows
-            }
+            source = random_source(None if self.seed is None else self.seed + 1)
+            return self._numbers({c: codes[:, i] for i, c in enumerate(columns)}, source), {"rows": self.rows}
         workload = self.family.split(counts)
         if self.method == "aim":
             result = aim.aim(workload, self.domain, rho=self.rho, rounds=self.rounds, max_rows=self.max_rows,
