@@ -379,3 +379,15 @@ def test_evaluate_needs_the_manifest_that_states_private_edges(tmp_path):
     args = [str(tmp_path / "d.parquet"), str(tmp_path / "domain.json"), str(tmp_path / "d.parquet"), "--degree", "1"]
     with pytest.raises(ValueError, match=r"private bin edges, stated in .*d\.manifest\.json, which cannot be read"):
         evaluate_synthetic.main(args)
+
+
+def test_a_dry_run_states_the_private_edges_and_their_epsilon_and_spends_nothing(tmp_path, capsys):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    private = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.25}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private, "c": 2}))
+    args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "2",
+            "--method", "mwem", "--output", str(tmp_path / "s.csv"), "--dry-run"]  # fmt: skip
+    assert synthesize.main(args) == 0
+    out = capsys.readouterr().out
+    assert 'private bin edges: "age: 4 bins, epsilon 0.5"' in out and "epsilon=2 " in out
+    assert not (tmp_path / "s.csv").exists() and not (tmp_path / "s.dead_letter.csv").exists()
