@@ -79,6 +79,20 @@ class Release:
         return f"epsilon={self.epsilon:g} (rho={self.rho:g})"
 
 
+def compose(releases: list[Release], label: str) -> Release:
+    """Several releases of one run as one (sequential composition, what a budget adds up anyway): the epsilons
+    add (None if one has none), the zCDP rhos add (None if one has none), the deltas add."""
+    if not releases:
+        raise ValueError("compose needs at least one release")
+    epsilons, rhos = [r.epsilon for r in releases], [r.rho for r in releases]
+    return Release(
+        label,
+        None if None in epsilons else math.fsum(epsilons),
+        None if None in rhos else math.fsum(rhos),
+        math.fsum(r.delta for r in releases),
+    )
+
+
 class BudgetExceededError(RuntimeError):
     """A release would take a budget past its total; nothing was charged."""
 

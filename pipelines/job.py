@@ -27,7 +27,7 @@ from beam_expmech.transforms import (
 from beam_expmech.transforms.bounding import DEFAULT_BOUNDING_SHARDS, shards_for
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.keys import KeyCounts
-from beam_expmech.transforms.read import METRICS_NAMESPACE
+from beam_expmech.transforms.read import CLAMPED, METRICS_NAMESPACE
 from pipelines import budget, runners
 
 _LOG = logging.getLogger(__name__)
@@ -225,10 +225,10 @@ def read_release(output: str) -> dict:
 
 
 def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str) -> None:
-    """The rows read and rejected, from the job's counters: exact, so not private, and logged at
-    DEBUG only, labelled so. At INFO and above no number that depends on the data: logs travel
-    further than the dead letter, and an exact count beside a release undoes its noise (the
-    synthesize manifest's noisy row count)."""
+    """The rows read and rejected, and the values clamped into a numeric column's end bins, from the
+    job's counters: exact, so not private, and logged at DEBUG only, labelled so. At INFO and above
+    no number that depends on the data: logs travel further than the dead letter, and an exact count
+    beside a release undoes its noise (the synthesize manifest's noisy row count)."""
     counts = {"rows_read": 0, "dead_letter_rows": 0}
     try:
         counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
@@ -237,12 +237,22 @@ def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str)
             "the runner's counters are unavailable (%s); rejected rows, if any: %s", type(error).__name__, dead_letter
         )
         return
+    clamped: dict[str, int] = {}
     for counter in counters:
-        if counter.key.metric.name in counts:
-            counts[counter.key.metric.name] += counter.committed or counter.attempted or 0
-    _LOG.debug("non-private: read %d rows; %d rejected", counts["rows_read"], counts["dead_letter_rows"])
+        name, value = counter.key.metric.name, counter.committed or counter.attempted or 0
+        if name in counts:
+            counts[name] += value
+        elif name.startswith(CLAMPED):
+            clamped[name.removeprefix(CLAMPED)] = clamped.get(name.removeprefix(CLAMPED), 0) + value
+    clamps = "".join(f"; {n} values of {c} clamped into its end bins" for c, n in sorted(clamped.items()) if n)
+    _LOG.debug("non-private: read %d rows; %d rejected%s", counts["rows_read"], counts["dead_letter_rows"], clamps)
     if counts["dead_letter_rows"]:
         _LOG.warning(
             "rows were rejected: see %s (raw rows with the reason, an operator's file; their count at DEBUG)",
             dead_letter,
+        )
+    if clamps:
+        _LOG.info(
+            "values outside [lower, upper] were clamped into the end bins of %s (their count at DEBUG, non-private)",
+            ", ".join(c for c, n in sorted(clamped.items()) if n),
         )

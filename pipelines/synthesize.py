@@ -6,17 +6,28 @@
 
 DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1) or
 {"column": ["label", ...]} (every value one of the labels; the output has labels too); other
-values go to the dead letter with the reason, never clipped. The pass counts, in one go,
-every k-way marginal of the columns (aim, mwem) or the full-domain histogram (blr); the
-generator touches those counts only through mechanisms, then samples rows. aim (the default)
-is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are pure epsilon-DP.
-The output keeps the columns and codes; OUT.manifest.json beside it says what was spent and
-which marginals were measured (private outputs, so releasable).
+values go to the dead letter with the reason, never clipped. Or {"column": {"lower": L,
+"upper": U, "bins": B}}: numbers, each counted as its bin among B equal-width bins over [L, U]
+(public), values outside [L, U] clamped into the end bins (counted in the non-private log at
+DEBUG), NaN, infinities and nulls to the dead letter; the output holds a number drawn uniformly
+inside each synthetic row's bin (post-processing), an integer if the input's schema says the
+column holds integers, and the manifest states the grid. With {"bins": "private", "count": B,
+"share": s} the B - 1 inner edges are the column's private quantiles (JointExp with s x epsilon,
+in a first data pass), stated in the manifest; the generator spends the rest, and the run is
+charged once for both passes.
+
+The pass counts, in one go, every k-way marginal of the columns (aim, mwem) or the full-domain
+histogram (blr); the generator touches those counts only through mechanisms, then samples rows.
+aim (the default) is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are
+pure epsilon-DP. The output keeps the columns and codes (labels, numbers); OUT.manifest.json
+beside it says what was spent, which marginals were measured (private outputs, so releasable)
+and each numeric column's grid.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import posixpath
 import sys
 
@@ -24,12 +35,18 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
 
 from beam_expmech import parameters
+from beam_expmech.accounting import compose
+from beam_expmech.grids import NumericGrid
 from beam_expmech.io import writers
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.manifest import rows_per_unit
+from beam_expmech.predicates import HistogramCounts
 from beam_expmech.synth import MAX_MEMORY
-from beam_expmech.transforms import GatherCounts, PrivateSynthesis
+from beam_expmech.transforms import GatherCounts, PrivateQuantiles, PrivateSynthesis
+from beam_expmech.transforms.quantiles import JOINT_BINS
 from pipelines import budget, console, domain_files, flags, job, runners
 
 
@@ -38,7 +55,10 @@ def build_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
     flags.add_input_flags(parser)
     parser.add_argument(
-        "--domain", required=True, help='DOMAIN.json: {"column": number of codes} or {"column": ["label", ...]}'
+        "--domain",
+        required=True,
+        help='DOMAIN.json: {"column": number of codes}, {"column": ["label", ...]} or '
+        '{"column": {"lower": L, "upper": U, "bins": B}} (or "bins": "private", "count": B, "share": S)',
     )
     flags.add_privacy_flags(parser)
     parser.add_argument(
@@ -83,13 +103,20 @@ def _progress_bar():
     return show
 
 
+def _as_array(values) -> pa.Array:
+    """Floats (a numeric float column) as float64, anything else (codes, integers) as int64."""
+    values = np.asarray(values)
+    return pa.array(values if values.dtype.kind == "f" else values.astype(np.int64, copy=False))
+
+
 def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> None:
     """The table (Parquet or CSV by extension), then the manifest, each written atomically.
 
-    Columns the domain file labels are written as labels, the others as their int codes.
+    Columns the domain file labels are written as labels, numeric columns as their numbers (int64 or
+    float64), the others as their int codes.
     """
     columns, manifest = payload
-    arrays = {c: pa.array(np.asarray(v, dtype=np.int64)) for c, v in columns.items()}
+    arrays = {c: _as_array(v) for c, v in columns.items()}
     table = pa.table({c: pa.array(labels[c]).take(v) if c in labels else v for c, v in arrays.items()})
     if output.lower().endswith(".csv"):
         data = writers.table_to_csv(table)
@@ -99,6 +126,38 @@ def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> N
         data = sink.getvalue().to_pybytes()
     writers.write_atomically(output, data)
     writers.write_json(manifest_path(output), manifest)
+
+
+def _edge_steps(args: argparse.Namespace, private: dict[str, domain_files.PrivateGrid], max_rows: int) -> dict:
+    """Each private grid's quantiles step: its count - 1 quantiles drawn together (JointExp) with its share of
+    --epsilon, on a public histogram of JOINT_BINS bins over [lower, upper]. Built (and rehearsed) before any
+    budget is spent; the shares must leave the generator some of --epsilon."""
+    shares = math.fsum(p.share for p in private.values())
+    if shares >= 1:
+        raise ValueError(f"{args.domain}: the private grids' shares add up to {shares:g}; they must leave the "
+                         "generator some of --epsilon")  # fmt: skip
+    return {c: PrivateQuantiles(epsilon=p.share * args.epsilon, quantiles=p.quantiles,
+                                family=HistogramCounts(c, p.lower, p.upper, JOINT_BINS), method="joint",
+                                max_rows=max_rows, seed=args.seed)
+            for c, p in private.items()}  # fmt: skip
+
+
+def _released_quantiles(
+    args: argparse.Namespace, beam_args: list[str], files: list[str], spec: ColumnSpec, quantiles: PrivateQuantiles
+) -> np.ndarray:
+    """One data pass: a column's quantiles (read as ``spec``), released (charged with the run), written to
+    OUT.edges.json and read back (on a cluster a worker writes it), then that file removed: the manifest
+    states the edges."""
+    path = posixpath.splitext(args.output)[0] + ".edges.json"
+    job.run_counting_job(
+        args,
+        beam_args,
+        job.CountingJob(files, [spec, *flags.unit_specs(args)], quantiles.family, GatherCounts() | quantiles),
+        write=lambda values: writers.write_json(path, values),
+    )
+    values = job.read_release(path)
+    FileSystems.delete([path])
+    return np.array(list(values.values()), dtype=np.float64)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,43 +182,66 @@ def main(argv: list[str] | None = None) -> int:
             parameters.count(value, flag)
     if args.method != "blr" and args.workload_degree is not None:
         parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns), of="columns")
-    step = PrivateSynthesis(
-        method=args.method,
-        domain=domain,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        degree=args.workload_degree,
-        rows=args.rows,
-        rounds=args.rounds,
-        max_rows=rows_per_unit(args.max_rows_per_unit),
-        seed=args.seed,
-        progress=_progress_bar() if sys.stderr.isatty() else None,
-    )
+    # A numeric column's grid: integer or float, from the input's schema (no row read).
+    described = domain_files.with_input_types(described, args.input, args.format, args.domain)
+    numeric, private = domain_files.grids(described), domain_files.private_grids(described)
+    max_rows = rows_per_unit(args.max_rows_per_unit)
+    edges = _edge_steps(args, private, max_rows)  # rehearsed when built, like every step
+    epsilon, rho_elsewhere = args.epsilon, 0.0  # what the generator may spend: what the edges leave
+    if edges and args.method == "aim":
+        rho_elsewhere = math.fsum(e.cost.rho for e in edges.values())
+    elif edges:
+        epsilon = args.epsilon * (1 - math.fsum(p.share for p in private.values()))
+
+    def synthesis(grids: dict[str, NumericGrid]) -> PrivateSynthesis:
+        return PrivateSynthesis(method=args.method, domain=domain, epsilon=epsilon, delta=args.delta,
+                                degree=args.workload_degree, rows=args.rows, rounds=args.rounds, max_rows=max_rows,
+                                grids=grids, rho_elsewhere=rho_elsewhere, seed=args.seed,
+                                progress=_progress_bar() if sys.stderr.isatty() else None)  # fmt: skip
+
+    step = synthesis(numeric)  # its checks before any budget; built again with the released edges' grids
     family = step.family
     specs = [domain_files.domain_spec(c, v) for c, v in described.items()] + flags.unit_specs(args)
     files = job.check_input(args, specs)
 
-    cost, delta = step.cost, step.delta
-    public = budget.release_manifest(
-        args,
-        mechanism=args.method,
-        cost=cost,
-        delta=delta,
-        accuracy=None,
-        method=args.method,
-        guarantee="rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
-        columns=columns,
-    )
-    release = GatherCounts() | step | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))
+    delta = step.delta
+    cost = step.cost
+    if edges:
+        parts = [step.cost] + [e.cost for e in edges.values()]
+        cost = compose(parts, f"synthetic data by {args.method}, bin edges of {', '.join(edges)} by quantiles")
     output = args.output
-    labels = {c: v for c, v in described.items() if not isinstance(v, int)}
+    labels = {c: v for c, v in described.items() if isinstance(v, tuple)}
     plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
             "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells",
             "generator memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
+    if edges:
+        plan["private bin edges"] = ", ".join(f"{c}: {private[c].count} bins, epsilon {e.epsilon:g}"
+                                              for c, e in edges.items())  # fmt: skip
     if budget.dry_run(args, cost, files, plan):
         return 0
     runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
-    with budget.charge(args, cost, "synthesize", delta=delta):  # before any row is read
+    with budget.charge(args, cost, "synthesize", delta=delta):  # before any row is read, edges' passes included
+        for column, quantiles in edges.items():
+            spec = domain_files.domain_spec(column, private[column])
+            numeric[column] = private[column].grid(_released_quantiles(args, beam_args, files, spec, quantiles))
+        if edges:  # the same checks as before the charge, passed then
+            step = synthesis(numeric)
+            specs = [domain_files.domain_spec(c, numeric.get(c, v)) for c, v in described.items()]
+            specs += flags.unit_specs(args)
+        stated = {c: g.manifest() | ({"edges_epsilon": edges[c].epsilon} if c in edges else {})
+                  for c, g in numeric.items()}  # fmt: skip
+        public = budget.release_manifest(
+            args,
+            mechanism=args.method,
+            cost=cost,
+            delta=delta,
+            accuracy=None,
+            method=args.method,
+            guarantee="rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
+            columns=columns,
+            **({"numeric": stated} if numeric else {}),
+        )
+        release = GatherCounts() | step | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))
         job.run_counting_job(
             args,
             beam_args,

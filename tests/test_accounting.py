@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release, epsilon_to_zcdp, zcdp_to_epsilon
+from beam_expmech.accounting import (
+    BudgetExceededError,
+    PrivacyBudget,
+    Release,
+    compose,
+    epsilon_to_zcdp,
+    zcdp_to_epsilon,
+)
 from beam_expmech.mechanisms import top_k
 
 
@@ -136,3 +143,13 @@ def test_a_zcdp_release_needs_delta_left_for_its_conversion():
     budget.charge(Release.pure(0.5, "count"))  # basic composition needs no delta of its own
     with pytest.raises(BudgetExceededError):
         budget.charge(Release.zcdp(0.01, "gaussian"))  # no epsilon of its own, and no delta left to convert rho
+
+
+def test_compose_adds_what_each_release_spends():
+    quantiles, mwem = Release.exponential_mechanism(0.5, "edges"), Release.pure(1.5, "mwem")
+    both = compose([quantiles, mwem], "run")
+    assert (both.label, both.epsilon, both.rho, both.delta) == ("run", 2.0, 0.5**2 / 8 + 1.5**2 / 2, 0.0)
+    aim = compose([Release.zcdp(0.1, "aim"), quantiles], "run")
+    assert aim.epsilon is None and aim.rho == 0.1 + 0.5**2 / 8
+    with pytest.raises(ValueError, match="at least one"):
+        compose([], "run")

@@ -76,11 +76,12 @@ def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
 
 def check_columns(
     files: Sequence[str], fmt: str | None, columns: Sequence[str], identities: Sequence[str] = ()
-) -> None:
+) -> dict[str, str]:
     """InputError naming the first file that lacks a needed column, cannot be read, names a needed
     column twice, types a needed column otherwise than the files before it (read as 5 in one file and
     as "5" or 5.0 in another, one privacy unit would be two), or declares one of the ``identities``
-    (privacy units) in an Avro type that is read as its text (see ``_check_fields``)."""
+    (privacy units) in an Avro type that is read as its text (see ``_check_fields``). Returns each needed
+    column's type family (``type_family``), but for a column of nulls only in every file."""
     first: dict[str, tuple[str, str]] = {}  # column -> (the first file that types it, its family)
     for path in files:
         path_format = file_format(path, fmt)
@@ -96,6 +97,7 @@ def check_columns(
             where, expected = first.setdefault(column, (path, family))
             if family != expected:
                 raise InputError(f"{path}: column {column!r} holds {family}, but {expected} in {where}")
+    return {column: family for column, (_, family) in first.items()}
 
 
 def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Sequence[str]) -> None:

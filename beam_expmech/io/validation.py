@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from beam_expmech.grids import NumericGrid
 
 # A privacy unit's value (its canonical form, see canonical_identity) may be this long at most; a longer
 # one goes to the dead letter. Public, and far above any real identifier: it caps the memory one unit
@@ -31,18 +34,23 @@ class ColumnSpec:
     are rejected, and each value takes its ``canonical_identity``).
     ``domain`` (ints only): values must lie in [lo, hi).
     ``labels`` (labels only): the values a column may hold, each read as its position (an int code).
+    ``grid`` (an integer grid with "int", a float grid with "float"): each value is read as the code
+    of its bin; a value outside [lower, upper] is clamped into an end bin (counted, not rejected).
     """
 
     name: str
     kind: str
     domain: tuple[int, int] | None = None
     labels: tuple[str, ...] | None = None
+    grid: NumericGrid | None = None
 
     def __post_init__(self):
         if self.kind not in ("string", "int", "float", "label", "any"):
             raise ValueError(f"kind must be string, int, float, label or any, got {self.kind!r}")
         if (self.kind == "label") != (self.labels is not None):
             raise ValueError("labels go with kind 'label', and only with it")
+        if self.grid is not None and self.kind != ("int" if self.grid.integer else "float"):
+            raise ValueError("an integer grid goes with kind 'int', a float grid with kind 'float'")
 
 
 @dataclass(frozen=True)
@@ -87,28 +95,48 @@ def validate(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> tuple[pa.Rec
     A row is bad if a needed column is null, of the wrong type, NaN or infinite, or outside its
     declared domain. The first reason found is the one recorded.
     """
+    checked = check_batch(batch, specs)
+    return checked.good, checked.bad
+
+
+class Checked(NamedTuple):
+    """What ``check_batch`` returns: ``good`` and ``bad`` as ``validate`` does, and ``clamped``: for each
+    column with a grid, how many good rows had a value outside [lower, upper], clamped into an end bin
+    (exact, so not private: an operator's counter, never part of a release)."""
+
+    good: pa.RecordBatch
+    bad: pa.Table | None
+    clamped: dict[str, int]
+
+
+def check_batch(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> Checked:
+    """``validate``, with the clamped values of each column with a grid counted (``Checked``)."""
     reason = np.full(batch.num_rows, -1, dtype=np.int32)  # index into texts, -1 for a good row
-    texts, clean = [], []
+    texts, clean, clamps = [], [], {}
     for spec in specs:
-        values, problems = _convert(batch.column(spec.name), spec)
+        values, problems, clamped = _convert(batch.column(spec.name), spec)
         for problem, mask in problems:
             reason[mask & (reason < 0)] = len(texts)
             texts.append(f"{spec.name}: {problem}")
         clean.append(values)
+        if clamped is not None:
+            clamps[spec.name] = clamped
     bad = reason >= 0
+    clamped = {name: int(np.count_nonzero(mask & ~bad)) for name, mask in clamps.items()}
     names = [s.name for s in specs]
     if not bad.any():
-        return pa.RecordBatch.from_arrays(clean, names=names), None
+        return Checked(pa.RecordBatch.from_arrays(clean, names=names), None, clamped)
     good_rows = pa.array(~bad)
     good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)
     bad_rows = pa.array(bad)
     rejected = {s.name: _as_text(batch.column(s.name).filter(bad_rows)) for s in specs}
     rejected[REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
-    return good, pa.table(rejected)
+    return Checked(good, pa.table(rejected), clamped)
 
 
-def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[str, np.ndarray]]]:
-    """The column in the spec's type (bad slots filled with a placeholder), and (problem, mask) pairs."""
+def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[str, np.ndarray]], np.ndarray | None]:
+    """The column in the spec's type (bad slots filled with a placeholder), (problem, mask) pairs, and
+    for a column with a grid (its values then bin codes) which values were clamped into an end bin."""
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     problems = [("null", _mask(column.is_null()))]
@@ -120,18 +148,18 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         if pa.types.is_large_binary(identity.type):
             too_long = _mask(pc.greater(pc.binary_length(identity), MAX_IDENTITY_BYTES))
             problems.append((f"longer than {MAX_IDENTITY_BYTES} bytes", too_long))
-        return identity, problems
+        return identity, problems, None
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         column, invalid = _decoded(column)
         problems.append(("not UTF-8 text", invalid))
     if spec.kind == "string":
-        return _as_text(column), problems
+        return _as_text(column), problems, None
     if spec.kind == "label":
         codes = pc.index_in(_as_text(column), value_set=pa.array(spec.labels, pa.string()))
         problems.append(
             (f"not one of the domain's {len(spec.labels)} labels", _mask(codes.is_null()) & ~problems[0][1])
         )
-        return codes.fill_null(0).cast(pa.int64()), problems
+        return codes.fill_null(0).cast(pa.int64()), problems, None
     target = pa.int64() if spec.kind == "int" else pa.float64()
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         parses = _mask(pc.match_substring_regex(column, _INTEGER if spec.kind == "int" else _NUMBER))
@@ -157,7 +185,10 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     if spec.domain is not None:
         lo, hi = spec.domain
         problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
-    return values, problems
+    if spec.grid is not None:
+        codes, clamped = spec.grid.codes(array)
+        return pa.array(codes), problems, clamped
+    return values, problems, None
 
 
 def canonical_identity(column: pa.Array) -> pa.Array:

@@ -69,6 +69,32 @@ class RandomSource:
             if value < n:
                 return value
 
+    def uint64(self, n: int) -> np.ndarray:
+        """``n`` independent uniform 64-bit words."""
+        return np.frombuffer(self._bytes(8 * n), dtype=np.uint64)
+
+    def integers_below(self, n: np.ndarray) -> np.ndarray:
+        """One uniform integer in [0, n_i) for each n_i (1 <= n_i < 2^63), exactly, as int64: a 64-bit word
+        is kept when it is at least 2^64 mod n_i (the kept words are a multiple of n_i), then taken mod n_i;
+        the few rows whose word was rejected draw again."""
+        n = np.asarray(n, dtype=np.int64)
+        if n.size and n.min() < 1:
+            raise ValueError("every bound must be at least 1")
+        bound = n.astype(np.uint64)
+        floor = (np.uint64(0) - bound) % bound  # 2^64 mod n
+        out = np.empty(n.shape, dtype=np.uint64)
+        todo = np.arange(n.size)
+        while todo.size:
+            words = self.uint64(todo.size)
+            kept = words >= floor[todo]
+            out[todo[kept]] = words[kept] % bound[todo[kept]]
+            todo = todo[~kept]
+        return out.astype(np.int64)
+
+    def unit_floats(self, n: int) -> np.ndarray:
+        """``n`` independent uniform floats in [0, 1), multiples of 2^-53."""
+        return (self.uint64(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
 
 RandomLike = None | int | np.random.Generator | RandomSource
 

@@ -10,10 +10,11 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 
 from beam_expmech.io import readers, writers
-from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows, validate
+from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows, check_batch
 
 # Operator-facing metrics: NOT private, never written to a release (docs/DESIGN.md section 4).
 METRICS_NAMESPACE = "beam_expmech.non_private"
+CLAMPED = "clamped_values:"  # + a column with a grid: its values outside [lower, upper], clamped into an end bin
 GOOD, DEAD = "good", "dead"
 
 
@@ -59,8 +60,11 @@ class _Validate(beam.DoFn):
             self.rejected.inc(batch.rows.num_rows)
             yield DEAD, batch.rows
             return
-        good, bad = validate(batch, self.specs)
+        good, bad, clamped = check_batch(batch, self.specs)
         self.rows.inc(batch.num_rows)
+        for column, count in clamped.items():
+            if count:
+                Metrics.counter(METRICS_NAMESPACE, CLAMPED + column).inc(count)
         if good.num_rows:
             yield GOOD, good
         if bad is not None:
@@ -85,7 +89,8 @@ class ValidateBatches(beam.PTransform):
     set aside (MalformedRows) are all bad.
 
     Returns ``Validated``: ``good`` (RecordBatch) and ``dead`` (pyarrow.Table) PCollections.
-    Bad rows are counted in the non-private counter ``dead_letter_rows``.
+    Bad rows are counted in the non-private counter ``dead_letter_rows``; a column with a grid's
+    values clamped into an end bin in ``clamped_values:COLUMN`` (non-private too).
     """
 
     def __init__(self, specs: Sequence[ColumnSpec]):

@@ -1,13 +1,16 @@
 """The final step of private synthetic data: a generator over the workload's summed counts, then rows.
 
 col: one int64 vector of every workload cell (what ``PredicateCounts(step.family) | GatherCounts``
-emits) -> col: one (columns, details): the synthetic columns as integer codes, and the generator's
-public details (rows drawn, marginals measured), both mechanism outputs.
+emits) -> col: one (columns, details): the synthetic columns as integer codes (numbers, for a column
+with a public ``NumericGrid``), and the generator's public details (rows drawn, marginals measured),
+both mechanism outputs.
 
 The generator touches the counts only through mechanisms: AIM (rho-zCDP, rho the most that fits
 (epsilon, delta)), MWEM or BLR (pure epsilon-DP); the rows are sampled from its model
-(post-processing). Every check the generator makes of its public parameters (the size of a
-marginal, the memory the run will need) runs in ``__init__``, before any budget is spent.
+(post-processing), and so is the number drawn uniformly inside each drawn bin of a numeric column
+(``numbers_in_bins``, with the run's randomness: the OS CSPRNG but in tests). Every check the
+generator makes of its public parameters (the size of a marginal, the memory the run will need)
+runs in ``__init__``, before any budget is spent.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import numpy as np
 
 from beam_expmech import parameters
 from beam_expmech.accounting import Release, epsilon_to_zcdp
-from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.grids import NumericGrid
+from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth import aim, blr, mwem
 
@@ -28,14 +32,40 @@ METHODS = ("aim", "mwem", "blr")
 MAX_WORKLOAD_CELLS = 50_000_000  # the summed counts of every marginal, held by one worker
 
 
+def numbers_in_bins(grid: NumericGrid, codes: np.ndarray, *, source: RandomSource) -> np.ndarray:
+    """A number drawn uniformly inside each code's bin of ``grid``, vectorised: for an integer grid a uniform
+    integer among the bin's (int64, always within [lower, upper]), else a uniform float in the bin (float64)
+    that ``grid.codes`` puts back in the same bin.
+
+    Privacy: post-processing of the codes (a private release) with randomness independent of the data, so
+    it costs no budget; ``source`` is the OS CSPRNG but in tests.
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    if codes.size and (codes.min() < 0 or codes.max() >= grid.bins):
+        raise ValueError(f"codes must lie in [0, {grid.bins})")
+    if grid.integer:
+        first, last = grid.integer_ranges
+        low = first[codes]
+        return low + source.integers_below(last[codes] - low + 1)
+    low, high = grid.edges[codes], grid.edges[codes + 1]
+    values = low + source.unit_floats(codes.size) * (high - low)
+    # Rounding may carry a draw onto its bin's upper edge: the next bin's, but for the last (closed) bin.
+    top = np.where(codes == grid.bins - 1, high, np.nextafter(high, -np.inf))
+    return np.clip(values, low, top)
+
+
 class PrivateSynthesis(beam.PTransform):
     """Synthetic rows over ``domain`` ({column: number of codes}) that answer its k-way marginals privately.
 
-    Privacy: ``aim`` is rho-zCDP with rho = the most that is (``epsilon``, ``delta``)-DP; ``mwem``
-    and ``blr`` are pure ``epsilon``-DP (``cost``), when each privacy unit has at most
-    ``max_rows`` = K rows: every cell of the workload (``family``, which the data pass must
-    count) then moves by at most K. ``degree``: the k of the k-way marginals (aim, mwem; default
-    3, or every column if fewer); blr counts the full-domain histogram and needs ``rows``.
+    Privacy: ``aim`` is rho-zCDP with rho = the most that is (``epsilon``, ``delta``)-DP, less
+    ``rho_elsewhere`` (zCDP the same run spends on other releases, such as private bin edges, so
+    that together they stay (epsilon, delta)-DP); ``mwem`` and ``blr`` are pure ``epsilon``-DP
+    (``cost``), when each privacy unit has at most ``max_rows`` = K rows: every cell of the
+    workload (``family``, which the data pass must count) then moves by at most K. ``degree``:
+    the k of the k-way marginals (aim, mwem; default 3, or every column if fewer); blr counts the
+    full-domain histogram and needs ``rows``.
+    ``grids``: the public grid of each numeric column (its domain size is the grid's bins): the
+    column's codes become numbers drawn inside their bins (``numbers_in_bins``, post-processing).
     ``seed`` is for tests only (not private).
     """
 
@@ -50,6 +80,8 @@ class PrivateSynthesis(beam.PTransform):
         rows: int | None = None,
         rounds: int | None = None,
         max_rows: int = 1,
+        grids: dict[str, NumericGrid] | None = None,
+        rho_elsewhere: float = 0.0,
         seed: int | None = None,
         progress: Callable[[float], None] | None = None,
     ):
@@ -59,12 +91,25 @@ class PrivateSynthesis(beam.PTransform):
         if not domain:
             raise ValueError("the domain has no column")
         self.method, self.domain = method, dict(domain)
+        self.grids = dict(grids or {})
+        for column, grid in self.grids.items():
+            if not isinstance(grid, NumericGrid):
+                raise ValueError(f"the grid of column {column!r} must be a NumericGrid, got {type(grid).__name__}")
+            if self.domain.get(column) != grid.bins:
+                raise ValueError(f"column {column!r} has a grid of {grid.bins} bins, so its domain size must be that")
         self.epsilon = parameters.positive_finite(epsilon, "epsilon")
         self.delta = parameters.probability(delta, "delta") if method == "aim" else 0.0
         self.max_rows = parameters.count(max_rows, "max_rows")
         self.rows = None if rows is None else parameters.count(rows, "rows")
         self.rounds = None if rounds is None else parameters.count(rounds, "rounds")
         self.seed, self.progress = parameters.test_seed(seed), progress
+        self.rho_elsewhere = 0.0
+        if rho_elsewhere:
+            if method != "aim":
+                raise ValueError("rho_elsewhere is for aim (mwem and blr take what is left of epsilon)")
+            self.rho_elsewhere = parameters.positive_finite(rho_elsewhere, "rho_elsewhere")
+            if self.rho_elsewhere >= epsilon_to_zcdp(self.epsilon, delta=self.delta):
+                raise ValueError("the other releases spend all of the (epsilon, delta) budget: nothing is left for aim")
         columns = list(self.domain)
         if method == "blr":
             if self.rows is None:
@@ -84,8 +129,8 @@ class PrivateSynthesis(beam.PTransform):
 
     @property
     def rho(self) -> float:
-        """AIM's zCDP budget: the largest rho whose conversion is (epsilon, delta)-DP."""
-        return epsilon_to_zcdp(self.epsilon, delta=self.delta)
+        """AIM's zCDP budget: the largest rho whose conversion is (epsilon, delta)-DP, less ``rho_elsewhere``."""
+        return epsilon_to_zcdp(self.epsilon, delta=self.delta) - self.rho_elsewhere
 
     @property
     def cost(self) -> Release:
@@ -107,7 +152,8 @@ class PrivateSynthesis(beam.PTransform):
                 counts, sizes, rows=self.rows, epsilon=self.epsilon, max_rows=self.max_rows, rng=self.seed
             )
             codes = blr.histogram_to_rows(histogram, sizes)
-            return {c: codes[:, i] for i, c in enumerate(columns)}, {"rows": self.rows}
+            source = random_source(None if self.seed is None else self.seed + 1)
+            return self._numbers({c: codes[:, i] for i, c in enumerate(columns)}, source), {"rows": self.rows}
         workload = self.family.split(counts)
         if self.method == "aim":
             result = aim.aim(workload, self.domain, rho=self.rho, rounds=self.rounds, max_rows=self.max_rows,
@@ -119,8 +165,13 @@ class PrivateSynthesis(beam.PTransform):
             )
             details = {"rounds": self.rounds}
         rows = self.rows or result.rows
-        table = result.model.sample(rows, random_source(None if self.seed is None else self.seed + 1))
+        source = random_source(None if self.seed is None else self.seed + 1)
+        table = self._numbers(result.model.sample(rows, source), source)
         return table, details | {"rows": rows, "measured": [list(m) for m in result.measured]}
+
+    def _numbers(self, table: dict[str, np.ndarray], source: RandomSource) -> dict[str, np.ndarray]:
+        """The synthetic codes, with each numeric column's drawn inside its bins (post-processing)."""
+        return {c: numbers_in_bins(self.grids[c], v, source=source) if c in self.grids else v for c, v in table.items()}
 
     def expand(self, counts):
         # col: one vector of every workload cell -> col: one (columns, details)

@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from beam_expmech.io.validation import MAX_IDENTITY_BYTES, REASON, ColumnSpec, validate
+from beam_expmech.grids import NumericGrid
+from beam_expmech.io.validation import MAX_IDENTITY_BYTES, REASON, ColumnSpec, check_batch, validate
 
 
 def test_an_identity_takes_its_canonical_form():
@@ -90,3 +91,31 @@ def test_clean_batches_have_no_dead_letter():
 def test_a_boolean_column_validates_as_integers():
     good, bad = validate(pa.record_batch({"b": pa.array([True, None, False])}), [ColumnSpec("b", "int")])
     assert good.column("b").to_pylist() == [1, 0] and bad.column(REASON).to_pylist() == ["b: null"]
+
+
+def test_a_column_with_a_grid_becomes_bin_codes_clamping_counted_and_non_finite_values_dead():
+    grid = NumericGrid(0, 10, 5)
+    batch = pa.record_batch(
+        {"x": [-1.0, 3.0, float("nan"), None, 12.0, float("inf"), 10.0], "n": [1, 2, 3, 4, 5, 6, None]}
+    )
+    good, bad, clamped = check_batch(batch, [ColumnSpec("x", "float", grid=grid), ColumnSpec("n", "int")])
+    assert good.column("x").to_pylist() == [0, 1, 4] and good.column("x").type == pa.int64()
+    assert bad.column(REASON).to_pylist() == ["x: NaN or infinite", "x: null", "x: NaN or infinite", "n: null"]
+    assert clamped == {"x": 2}  # -1 and 12; the 10.0 of the row that is dead for n is not counted
+    assert validate(batch, [ColumnSpec("x", "float", grid=grid)])[0].column("x").to_pylist() == [0, 1, 4, 4]
+
+
+def test_an_integer_grid_reads_integers_and_text_alike():
+    grid = NumericGrid(17, 91, 16, integer=True)
+    for column in (pa.array([16, 17, 22, 91, 200]), pa.array(["16", "17", " 22", "91", "200"])):
+        good, bad, clamped = check_batch(pa.record_batch({"age": column}), [ColumnSpec("age", "int", grid=grid)])
+        assert good.column("age").to_pylist() == [0, 0, 1, 15, 15] and bad is None and clamped == {"age": 2}
+    _, bad, _ = check_batch(pa.record_batch({"age": [20.5]}), [ColumnSpec("age", "int", grid=grid)])
+    assert bad.column(REASON).to_pylist() == ["age: not an integer"]
+
+
+def test_a_grid_goes_with_the_kind_of_its_numbers():
+    with pytest.raises(ValueError, match="an integer grid goes with kind 'int'"):
+        ColumnSpec("x", "float", grid=NumericGrid(0, 10, 5, integer=True))
+    with pytest.raises(ValueError, match="a float grid with kind 'float'"):
+        ColumnSpec("x", "int", grid=NumericGrid(0, 10, 5))

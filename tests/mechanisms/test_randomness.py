@@ -56,3 +56,25 @@ def test_a_stream_source_is_the_os_unless_a_test_seeds_it_and_each_stream_is_its
     assert stream_source(None, 3).private
     first, again, other = (stream_source(7, s).uint32(4).tolist() for s in (1, 1, 2))
     assert first == again and first != other and not stream_source(7, 1).private
+
+
+def test_integers_below_are_exactly_uniform_per_row_whatever_the_bound():
+    source = random_source(11)
+    bounds = np.repeat(np.array([1, 3, 7, 2**62 + 1]), 6000)
+    draws = source.integers_below(bounds)
+    assert draws.dtype == np.int64 and np.all((draws >= 0) & (draws < bounds))
+    assert np.all(draws[bounds == 1] == 0)
+    for n in (3, 7):
+        counts = np.bincount(draws[bounds == n], minlength=n)
+        expected = 6000 / n
+        assert np.abs(counts - expected).max() < 5 * np.sqrt(expected)
+    assert draws[bounds == 2**62 + 1].max() > 2**61  # the whole range, not its low bits
+    with pytest.raises(ValueError, match="at least 1"):
+        source.integers_below(np.array([0]))
+
+
+def test_unit_floats_lie_in_0_1_and_are_uniform():
+    values = random_source(12).unit_floats(20_000)
+    assert values.dtype == np.float64 and values.min() >= 0 and values.max() < 1
+    counts = np.bincount((values * 10).astype(int), minlength=10)
+    assert np.abs(counts - 2000).max() < 5 * np.sqrt(2000)

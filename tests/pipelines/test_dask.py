@@ -118,10 +118,30 @@ def synthesize_titanic(scheduler, tmp_path, _caplog):
     assert read_json(tmp_path / "dask.manifest.json") == read_json(tmp_path / "direct.manifest.json")
 
 
+def synthesize_numeric_columns(scheduler, tmp_path, _caplog):
+    """An integer column on private edges (a first pass whose release a worker writes and this process reads
+    back), a float column on a public grid, NaN to the dead letter."""
+    rng = np.random.default_rng(23)  # test-only
+    age = rng.integers(10, 90, 1_000)
+    income = rng.normal(50, 20, 1_000)
+    income[5] = np.nan
+    pq.write_table(pa.table({"age": age, "income": income, "c": (age > 50).astype(np.int64)}), tmp_path / "d.parquet")
+    domain = {"age": {"lower": 0, "upper": 100, "bins": "private", "count": 4, "share": 0.2},
+              "income": {"lower": 0, "upper": 100, "bins": 5}, "c": 2}  # fmt: skip
+    (tmp_path / "domain.json").write_text(json.dumps(domain))
+    flags = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--method", "mwem",
+             "--rounds", "2", "--epsilon", "2", "--seed", "9"]  # fmt: skip
+    run(synthesize.main, [*flags, "--output", str(tmp_path / "direct.parquet")])
+    run(synthesize.main, [*flags, "--output", str(tmp_path / "dask.parquet"), *on_dask(scheduler)])
+    assert pq.read_table(tmp_path / "dask.parquet").equals(pq.read_table(tmp_path / "direct.parquet"))
+    assert read_json(tmp_path / "dask.manifest.json") == read_json(tmp_path / "direct.manifest.json")
+    assert "income: NaN or infinite" in (tmp_path / "dask.dead_letter.csv").read_text()
+
+
 def test_every_pipeline_releases_on_dask_what_it_releases_on_the_direct_runner(scheduler, tmp_path, caplog):
     """One test, so that one cluster serves them all whatever the test processes (a cluster costs seconds)."""
     checks = (select_with_a_privacy_unit_and_a_ledger, quantiles_and_their_dead_letter, learn_on_nltcs,
-              synthesize_titanic)  # fmt: skip
+              synthesize_titanic, synthesize_numeric_columns)  # fmt: skip
     for check in checks:
         (tmp_path / check.__name__).mkdir()
         check(scheduler, tmp_path / check.__name__, caplog)

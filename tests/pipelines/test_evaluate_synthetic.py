@@ -8,7 +8,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from public_tables import DATA
+
+from pipelines import evaluate_synthetic
 
 NLTCS = DATA / "nltcs"
 
@@ -49,3 +53,24 @@ def test_evaluate_rejects_values_outside_the_domain(tmp_path):
     run = run_evaluate(str(tmp_path / "real.csv"), str(tmp_path / "domain.json"), str(tmp_path / "synth.csv"),
                        "--degree", "2")  # fmt: skip
     assert run.returncode == 2 and "a: outside the domain [0, 2)" in run.stderr
+
+
+def test_a_numeric_column_is_counted_on_its_grid_in_both_tables(tmp_path, capsys):
+    """Real x (integers, Parquet) 0, 5, 9, 12 on bins [0, 5) and [5, 10]: 1 and 3 (12 clamped into the last);
+    synthetic x (CSV, read as floats) 1, 2, 7.5: 2 and 1. L1 = |1/4 - 2/3| + |3/4 - 1/3| = 5/6. y: 2 and 2
+    against 1 and 2, L1 = 1/3. The average of the two 1-way marginals: 7/12."""
+    pq.write_table(pa.table({"x": [0, 5, 9, 12], "y": [0, 0, 1, 1]}), tmp_path / "real.parquet")
+    (tmp_path / "synth.csv").write_text("x,y\n1,0\n2,1\n7.5,1\n")
+    (tmp_path / "domain.json").write_text(json.dumps({"x": {"lower": 0, "upper": 10, "bins": 2}, "y": 2}))
+    assert evaluate_synthetic.main([str(tmp_path / "real.parquet"), str(tmp_path / "domain.json"),
+                                    str(tmp_path / "synth.csv"), "--degree", "1"]) == 0  # fmt: skip
+    assert f"2 1-way marginals: average L1 error {7 / 12:.4f}, max {5 / 6:.4f}" in capsys.readouterr().out
+
+
+def test_evaluate_refuses_a_numeric_grid_on_a_text_column(tmp_path):
+    pq.write_table(pa.table({"x": ["0", "5"]}), tmp_path / "real.parquet")
+    (tmp_path / "synth.csv").write_text("x\n1\n")
+    (tmp_path / "domain.json").write_text(json.dumps({"x": {"lower": 0, "upper": 10, "bins": 2}}))
+    run = run_evaluate(str(tmp_path / "real.parquet"), str(tmp_path / "domain.json"), str(tmp_path / "synth.csv"),
+                       "--degree", "1")  # fmt: skip
+    assert run.returncode == 2 and "column 'x' holds text, but" in run.stderr

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from commands import assert_usage_error
 from public_tables import DATA
 
-from beam_expmech.accounting import zcdp_to_epsilon
+from beam_expmech.accounting import epsilon_to_zcdp, zcdp_to_epsilon
+from beam_expmech.grids import NumericGrid
 from beam_expmech.ledger import Ledger
 from pipelines import evaluate_synthetic, synthesize
 
@@ -159,3 +164,230 @@ def test_progress_bar_draws_the_share_spent(capsys):
     show(1.0)
     err = capsys.readouterr().err
     assert "\rAIM [" + "#" * 15 + "." * 15 + "]  50% of rho" in err and err.endswith("100% of rho\n")
+
+
+AGE = {"lower": 17, "upper": 91, "bins": 16}
+INCOME = {"lower": 0, "upper": 100, "bins": 10}
+
+
+def numeric_table(rows: int = 3_000) -> pa.Table:
+    """age (int64, some outside [17, 91]), income (float64 with NaN, an infinity and nulls) and a code column."""
+    rng = np.random.default_rng(21)  # test-only
+    age = rng.integers(5, 100, rows)
+    income = np.where(age > 50, rng.normal(70, 10, rows), rng.normal(30, 10, rows))
+    income[[3, 40]] = np.nan
+    income[41] = np.inf
+    mask = np.zeros(rows, bool)
+    mask[[7, 8]] = True
+    return pa.table({"age": age, "income": pa.array(income, mask=mask), "c": (age > 40).astype(np.int64)})
+
+
+def test_numeric_columns_come_out_as_numbers_inside_their_bins(tmp_path, caplog):
+    data = numeric_table()
+    pq.write_table(data, tmp_path / "d.parquet")
+    (tmp_path / "domain.json").write_text(json.dumps({"age": AGE, "income": INCOME, "c": 2}))
+    out = tmp_path / "s.parquet"
+    args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "4",
+            "--method", "mwem", "--rounds", "4", "--seed", "5", "--output", str(out)]  # fmt: skip
+    caplog.set_level(logging.DEBUG, logger="pipelines.job")
+    assert synthesize.main(args) == 0
+
+    dead = pacsv.read_csv(
+        tmp_path / "s.dead_letter.csv", convert_options=pacsv.ConvertOptions(strings_can_be_null=True)
+    )
+    reasons = sorted(dead.column("reason").to_pylist())
+    assert reasons == ["income: NaN or infinite"] * 3 + ["income: null"] * 2  # never silently dropped
+
+    age, income = data.column("age").to_numpy(), data.column("income").to_numpy(zero_copy_only=False)
+    kept = np.isfinite(income) & ~np.isnan(income)  # the nulls are NaN in numpy
+    clamped_age = int(np.sum(((age < 17) | (age > 91)) & kept))
+    clamped_income = int(np.sum(((income < 0) | (income > 100)) & kept))
+    assert clamped_age > 0
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "non-private" in r.getMessage()]
+    assert f"{clamped_age} values of age clamped into its end bins" in debug[0]
+    assert (f"{clamped_income} values of income clamped" in debug[0]) == (clamped_income > 0)
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert any("clamped into the end bins of age" in line for line in info)
+    assert not any(str(clamped_age) in line for line in info)  # the count at DEBUG only
+
+    table = pq.read_table(out)
+    assert table.schema.field("age").type == pa.int64() and table.schema.field("income").type == pa.float64()
+    synthetic_age = table.column("age").to_numpy()
+    grid = NumericGrid(17, 91, 16, integer=True)
+    first, last = grid.integer_ranges
+    codes = grid.codes(synthetic_age)[0]
+    assert synthetic_age.min() >= 17 and synthetic_age.max() <= 91
+    assert np.all((first[codes] <= synthetic_age) & (synthetic_age <= last[codes]))
+    synthetic_income = table.column("income").to_numpy()
+    assert synthetic_income.min() >= 0 and synthetic_income.max() <= 100
+    assert np.mean(synthetic_income[synthetic_age > 60]) > np.mean(synthetic_income[synthetic_age < 30]) + 10
+
+    manifest = json.loads((tmp_path / "s.manifest.json").read_text())
+    assert manifest["numeric"] == {"age": AGE | {"type": "integer"}, "income": INCOME | {"type": "float"}}
+
+
+def test_a_numeric_csv_column_is_read_as_numbers_and_written_as_floats(tmp_path):
+    rows = ["x,y"] + [f"{v},{i % 2}" for i, v in enumerate((1, 2.5, 3, 9.75, -4, 20))] * 40 + ["abc,1", "nan,0"]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "domain.json").write_text(json.dumps({"x": {"lower": 0, "upper": 10, "bins": 5}, "y": 2}))
+    out = tmp_path / "s.csv"
+    args = ["--input", str(tmp_path / "d.csv"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "2",
+            "--method", "mwem", "--rounds", "2", "--seed", "4", "--output", str(out)]  # fmt: skip
+    assert synthesize.main(args) == 0
+    x = pacsv.read_csv(out).column("x")
+    assert x.type == pa.float64() and pa.compute.min(x).as_py() >= 0 and pa.compute.max(x).as_py() <= 10
+    dead = (tmp_path / "s.dead_letter.csv").read_text().splitlines()[1:]
+    assert sorted(dead) == [
+        '"abc","1","x: not a number"',
+        '"nan","0","x: not a number"',
+    ]  # NaN as CSV text is no number
+    assert json.loads((tmp_path / "s.manifest.json").read_text())["numeric"]["x"]["type"] == "float"
+
+
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ({"lower": 5, "upper": 5, "bins": 2}, "column 'age': lower must be below upper"),
+        ({"lower": 91, "upper": 17, "bins": 2}, "lower must be below upper"),
+        ({"lower": float("nan"), "upper": 91, "bins": 2}, "lower must be finite"),
+        ({"lower": 17, "upper": float("inf"), "bins": 2}, "upper must be finite"),
+        ({"lower": 17, "upper": 91, "bins": 0}, "bins must be between 1 and 10,000"),
+        ({"lower": 17, "upper": 91, "bins": 10_001}, "bins must be between 1 and 10,000"),
+        ({"lower": 17, "upper": 91, "bins": 2.5}, "bins must be an integer"),
+        ({"lower": 17, "upper": 91, "bins": "16"}, "bins must be an integer"),
+        ({"lower": 17, "upper": 91, "bins": 16, "step": 1}, "column 'age': unknown key 'step'"),
+        ({"lower": 17, "upper": 91}, "the grid needs 'bins'"),
+        ({"lower": 17, "upper": 20, "bins": 10}, "holds no integer"),  # the input's age holds integers
+        ({"lower": "17", "upper": 91, "bins": 2}, "lower must be a number"),
+    ],
+)
+def test_a_bad_numeric_entry_stops_before_any_data_or_budget(tmp_path, entry, message):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    (tmp_path / "domain.json").write_text(json.dumps({"age": entry, "c": 2}))  # NaN and Infinity: Python's JSON
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv"), "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, message)
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
+def test_a_numeric_entry_on_a_text_column_is_refused_from_the_schema(tmp_path):
+    pq.write_table(pa.table({"age": ["17", "30"], "c": [0, 1]}), tmp_path / "d.parquet")
+    (tmp_path / "domain.json").write_text(json.dumps({"age": AGE, "c": 2}))
+    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv")}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, "column 'age' holds text, but")
+    assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("method", ["aim", "mwem"])
+def test_private_edges_are_released_at_quantiles_and_charged_with_the_synthesis_once(tmp_path, method):
+    rng = np.random.default_rng(22)  # test-only
+    age = np.concatenate([rng.integers(18, 30, 1_500), rng.integers(60, 80, 1_500)])
+    pq.write_table(pa.table({"age": age, "c": (age > 50).astype(np.int64)}), tmp_path / "d.parquet")
+    entry = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.25}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": entry, "c": 2}))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=20.0, delta=1e-6)
+    out = tmp_path / "s.parquet"
+    args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "8",
+            "--delta", "1e-8", "--method", method, "--rounds", "3", "--seed", "6", "--output", str(out),
+            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+    assert synthesize.main(args) == 0
+
+    manifest = json.loads((tmp_path / "s.manifest.json").read_text())
+    stated = manifest["numeric"]["age"]
+    assert stated["edges_epsilon"] == 2.0 and stated["type"] == "integer" and stated["bins"] == 4
+    edges = np.array(stated["edges"])
+    assert edges[0] == 0 and edges[-1] == 120 and np.all(np.diff(edges) > 0) and np.all(edges == np.round(edges))
+    assert 18 <= edges[2] <= 80  # the median lies between the two groups at epsilon 2 on 3,000 rows
+    assert not (tmp_path / "s.edges.json").exists()  # the edges are in the manifest
+
+    (release,) = ledger.dataset("d")["releases"]  # one charge for the edges and the synthesis
+    if method == "aim":
+        assert release["rho"] == pytest.approx(epsilon_to_zcdp(8, delta=1e-8)) and manifest["rho"] == release["rho"]
+    else:
+        assert release["epsilon"] == pytest.approx(8.0)
+
+    table = pq.read_table(out)
+    grid = NumericGrid(0, 120, 4, integer=True, cuts=tuple(edges[1:-1]))
+    values = table.column("age").to_numpy()
+    first, last = grid.integer_ranges
+    codes = grid.codes(values)[0]
+    assert np.all((first[codes] <= values) & (values <= last[codes])) and values.min() >= 0 and values.max() <= 120
+
+    real = np.bincount(grid.codes(age)[0], minlength=4) / age.size
+    synthetic = np.bincount(codes, minlength=4) / values.size
+    error = np.abs(real - synthetic).sum()
+    run = evaluate_one_way(tmp_path / "d.parquet", tmp_path / "domain.json", out)
+    assert f"average L1 error {error:.4f}" in run  # evaluate_synthetic reads the edges from the manifest
+
+
+def evaluate_one_way(*paths) -> str:
+    """What evaluate_synthetic prints of the 1-way marginal of age."""
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert evaluate_synthetic.main([*(str(p) for p in paths), "--columns", "age", "--degree", "1"]) == 0
+    return stdout.getvalue()
+
+
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ({"count": 1}, "count must be an integer from 2 to 64"),
+        ({"count": 65}, "count must be an integer from 2 to 64"),
+        ({"count": 4.0}, "count must be an integer from 2 to 64"),
+        ({"share": 0}, "share must be a number strictly between 0 and 1"),
+        ({"share": 1.5}, "share must be a number strictly between 0 and 1"),
+        ({"step": 1}, "unknown key 'step'"),
+        ({"upper": 5, "count": 8}, "need more integers"),  # the input's age holds integers
+        ({"lower": 50, "upper": 50}, "lower must be below upper"),
+    ],
+)
+def test_a_bad_private_grid_stops_before_any_data_or_budget(tmp_path, entry, message):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    (tmp_path / "domain.json").write_text(
+        json.dumps({"age": {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.2} | entry, "c": 2})
+    )
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv"), "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, message)
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
+def test_private_grids_must_leave_the_generator_some_epsilon(tmp_path):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    private = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.5}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private, "income": private, "c": 2}))
+    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv")}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, "shares add up to 1")
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"count": 4, "bins": 4}}))
+    assert_usage_error("pipelines.synthesize", args, "unknown key 'count'")
+    # aim: the edges' epsilon^2/8 zCDP each, out of the rho of (epsilon, delta), must leave it some
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"share": 0.9}, "c": 2}))
+    assert_usage_error("pipelines.synthesize", args, "nothing is left for aim")
+
+
+def test_evaluate_needs_the_manifest_that_states_private_edges(tmp_path):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    private = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.5}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private}))
+    args = [str(tmp_path / "d.parquet"), str(tmp_path / "domain.json"), str(tmp_path / "d.parquet"), "--degree", "1"]
+    with pytest.raises(ValueError, match=r"private bin edges, stated in .*d\.manifest\.json, which cannot be read"):
+        evaluate_synthetic.main(args)
+
+
+def test_a_dry_run_states_the_private_edges_and_their_epsilon_and_spends_nothing(tmp_path, capsys):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    private = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.25}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": private, "c": 2}))
+    args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "2",
+            "--method", "mwem", "--output", str(tmp_path / "s.csv"), "--dry-run"]  # fmt: skip
+    assert synthesize.main(args) == 0
+    out = capsys.readouterr().out
+    assert 'private bin edges: "age: 4 bins, epsilon 0.5"' in out and "epsilon=2 " in out
+    assert not (tmp_path / "s.csv").exists() and not (tmp_path / "s.dead_letter.csv").exists()

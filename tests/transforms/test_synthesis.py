@@ -9,7 +9,10 @@ import pytest
 from apache_beam.testing.util import assert_that
 
 from beam_expmech.accounting import Release, epsilon_to_zcdp
+from beam_expmech.grids import NumericGrid
+from beam_expmech.mechanisms import random_source
 from beam_expmech.transforms import GatherCounts, PredicateCounts, PrivateSynthesis
+from beam_expmech.transforms.synthesis import numbers_in_bins
 
 DOMAIN = {"a": 2, "b": 3, "c": 2}
 RNG = np.random.default_rng(7)
@@ -88,3 +91,52 @@ def test_counts_of_another_family_are_refused():
     step = PrivateSynthesis(method="mwem", domain={"a": 2, "b": 2}, epsilon=1.0, rounds=2, seed=1)
     with pytest.raises(ValueError, match="expected the 4 counts of this step's family"):
         step.synthesize(np.array([5, 3, 2, 1, 7, 7]))
+
+
+def test_numbers_drawn_in_an_integer_grid_are_integers_inside_their_bins_and_cover_them():
+    grid = NumericGrid(17, 91, 16, integer=True)
+    codes = np.repeat(np.arange(16), 500)
+    values = numbers_in_bins(grid, codes, source=random_source(5))  # test-only seed
+    first, last = grid.integer_ranges
+    assert values.dtype == np.int64 and values.min() >= 17 and values.max() <= 91
+    assert np.all((first[codes] <= values) & (values <= last[codes]))
+    assert np.array_equal(grid.codes(values)[0], codes)  # binned again: the same bins
+    assert set(values[codes == 0]) == set(range(17, 22)) and set(values[codes == 15]) == set(range(87, 92))
+
+
+def test_numbers_drawn_in_a_float_grid_fall_back_in_their_bins_even_where_rounding_meets_an_edge():
+    grid = NumericGrid(0.1, 0.7, 6)
+    codes = np.repeat(np.arange(6), 2000)
+    values = numbers_in_bins(grid, codes, source=random_source(6))  # test-only seed
+    assert values.dtype == np.float64 and np.array_equal(grid.codes(values)[0], codes)
+    assert np.all((grid.edges[codes] <= values) & (values <= grid.edges[codes + 1]))
+
+    class Ones:  # a source whose floats are all just below 1: every draw rounds onto its bin's upper edge
+        def unit_floats(self, n):
+            return np.full(n, 1 - 2.0**-53)
+
+    edge = numbers_in_bins(grid, np.arange(6), source=Ones())
+    assert np.array_equal(grid.codes(edge)[0], np.arange(6)) and edge[-1] <= 0.7
+    with pytest.raises(ValueError, match="codes must lie in"):
+        numbers_in_bins(grid, np.array([6]), source=random_source(6))  # test-only seed
+
+
+@pytest.mark.parametrize("method", ["mwem", "blr"])
+def test_a_step_with_grids_releases_numbers_in_the_bins_it_drew(method):
+    grids = {"a": NumericGrid(0, 1, 2), "b": NumericGrid(10, 40, 3, integer=True)}
+    step = PrivateSynthesis(method=method, domain=DOMAIN, epsilon=2.0, rows=4 if method == "blr" else 300,
+                            grids=grids, seed=3)  # fmt: skip
+    table, _ = synthesized(step)
+    codes, _ = synthesized(PrivateSynthesis(method=method, domain=DOMAIN, epsilon=2.0,
+                                            rows=4 if method == "blr" else 300, seed=3))  # fmt: skip
+    assert table["a"].dtype == np.float64 and table["b"].dtype == np.int64
+    for column, grid in grids.items():
+        assert np.array_equal(grid.codes(table[column])[0], codes[column])  # the same draw, then numbers in it
+    assert np.array_equal(table["c"], codes["c"])
+
+
+def test_a_grid_must_match_its_columns_domain():
+    with pytest.raises(ValueError, match="grid of 5 bins"):
+        PrivateSynthesis(domain=DOMAIN, epsilon=1, delta=1e-9, grids={"a": NumericGrid(0, 1, 5)})
+    with pytest.raises(ValueError, match="must be a NumericGrid"):
+        PrivateSynthesis(domain=DOMAIN, epsilon=1, delta=1e-9, grids={"a": (0, 1, 2)})
