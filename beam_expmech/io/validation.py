@@ -159,7 +159,7 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         problems.append(
             (f"not one of the domain's {len(spec.labels)} labels", _mask(codes.is_null()) & ~problems[0][1])
         )
-        return codes.fill_null(0).cast(pa.int64()), problems, None
+        return codes.fill_null(0).cast(_codes_type(0, len(spec.labels))), problems, None
     target = pa.int64() if spec.kind == "int" else pa.float64()
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         parses = _mask(pc.match_substring_regex(column, _INTEGER if spec.kind == "int" else _NUMBER))
@@ -185,10 +185,21 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     if spec.domain is not None:
         lo, hi = spec.domain
         problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
+        return pc.cast(values, _codes_type(lo, hi), safe=False), problems, None  # bad rows may wrap: dropped
     if spec.grid is not None:
         codes, clamped = spec.grid.codes(array)
-        return pa.array(codes), problems, clamped
+        return pc.cast(pa.array(codes), _codes_type(0, spec.grid.bins)), problems, clamped
     return values, problems, None
+
+
+def _codes_type(lo: int, hi: int) -> pa.DataType:
+    """The narrowest integer type of [lo, hi) (a public domain): a coded column of a few values then
+    takes a byte a row, not eight, through the bounding's shuffle (synthesize's columns, mostly)."""
+    for kind in (pa.int8(), pa.int16(), pa.int32()):
+        bits = kind.bit_width - 1
+        if -(1 << bits) <= lo and hi <= 1 << bits:
+            return kind
+    return pa.int64()
 
 
 def canonical_identity(column: pa.Array) -> pa.Array:

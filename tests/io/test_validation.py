@@ -93,13 +93,29 @@ def test_a_boolean_column_validates_as_integers():
     assert good.column("b").to_pylist() == [1, 0] and bad.column(REASON).to_pylist() == ["b: null"]
 
 
+@pytest.mark.parametrize(
+    ("domain", "kind"),
+    [((0, 128), pa.int8()), ((0, 129), pa.int16()), ((-5, 40_000), pa.int32()), ((0, 2**40), pa.int64())],
+)
+def test_codes_take_the_narrowest_type_of_their_public_domain(domain, kind):
+    lo, hi = domain
+    batch = pa.record_batch({"c": [lo, hi - 1, hi, lo - 1, None]})
+    good, bad = validate(batch, [ColumnSpec("c", "int", domain=domain)])
+    assert good.column("c").type == kind and good.column("c").to_pylist() == [lo, hi - 1]
+    assert bad.column(REASON).to_pylist()[:2] == [f"c: outside the domain [{lo}, {hi})"] * 2
+    labels = [f"l{i}" for i in range(hi)] if hi <= 40_000 else None
+    if labels:
+        coded, _ = validate(pa.record_batch({"c": labels[-2:]}), [ColumnSpec("c", "label", labels=tuple(labels))])
+        assert coded.column("c").to_pylist() == [hi - 2, hi - 1] and coded.column("c").type.bit_width <= kind.bit_width
+
+
 def test_a_column_with_a_grid_becomes_bin_codes_clamping_counted_and_non_finite_values_dead():
     grid = NumericGrid(0, 10, 5)
     batch = pa.record_batch(
         {"x": [-1.0, 3.0, float("nan"), None, 12.0, float("inf"), 10.0], "n": [1, 2, 3, 4, 5, 6, None]}
     )
     good, bad, clamped = check_batch(batch, [ColumnSpec("x", "float", grid=grid), ColumnSpec("n", "int")])
-    assert good.column("x").to_pylist() == [0, 1, 4] and good.column("x").type == pa.int64()
+    assert good.column("x").to_pylist() == [0, 1, 4] and good.column("x").type == pa.int8()
     assert bad.column(REASON).to_pylist() == ["x: NaN or infinite", "x: null", "x: NaN or infinite", "n: null"]
     assert clamped == {"x": 2}  # -1 and 12; the 10.0 of the row that is dead for n is not counted
     assert validate(batch, [ColumnSpec("x", "float", grid=grid)])[0].column("x").to_pylist() == [0, 1, 4, 4]
