@@ -62,6 +62,8 @@ class NumericGrid:
             raise ValueError(f"bins must be an integer, got {self.bins!r}")
         if not 1 <= self.bins <= MAX_BINS:
             raise ValueError(f"bins must be between 1 and {MAX_BINS:,}, got {self.bins}")
+        if not math.isfinite(float(upper) - float(lower)):
+            raise ValueError(f"[{lower!r}, {upper!r}] is too wide for floating point: its width overflows")
         if self.cuts is not None and (len(self.cuts) != self.bins - 1 or not np.all(np.isfinite(self.cuts))):
             raise ValueError(f"cuts must be the {self.bins - 1} finite inner edges of the bins")
         if self.cuts is not None and not np.all(np.diff(self.edges) > 0):

@@ -10,6 +10,7 @@ Families never see privacy parameters; the mechanisms never see batches.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -111,6 +112,8 @@ class HistogramCounts(_OneCandidatePerRow):
             raise ValueError(f"lower must be < upper, both finite; got {lower} and {upper}")
         if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1 << 24:
             raise ValueError(f"bins must be an integer between 1 and 2^24, got {bins!r}")
+        if not (math.isfinite(upper - lower) and math.isfinite(bins / (upper - lower))):  # overflows either way
+            raise ValueError(f"{bins} bins over [{lower:g}, {upper:g}] are beyond floating point: use another interval")
         self.columns = (column,)
         self.column, self.lower, self.upper = column, lower, upper
         self.num_candidates = bins

@@ -251,8 +251,3 @@ def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str)
             "rows were rejected: see %s (raw rows with the reason, an operator's file; their count at DEBUG)",
             dead_letter,
         )
-    if clamps:
-        _LOG.info(
-            "values outside [lower, upper] were clamped into the end bins of %s (their count at DEBUG, non-private)",
-            ", ".join(c for c, n in sorted(clamped.items()) if n),
-        )

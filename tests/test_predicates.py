@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from beam_expmech.predicates import CategoryCounts, ExpressionCounts, MarginalCounts
+from beam_expmech.predicates import CategoryCounts, ExpressionCounts, HistogramCounts, MarginalCounts
 
 
 @pytest.fixture
@@ -65,6 +65,8 @@ def test_expression_counts(batch):
         (lambda: CategoryCounts("x", range(3, 3)), "non-empty range"),
         (lambda: MarginalCounts(["a"], [0]), "domain size"),
         (lambda: ExpressionCounts([], columns=[]), "empty"),
+        (lambda: HistogramCounts("x", 0, 1e-310, 1024), "beyond floating point"),  # review 5, finding 3
+        (lambda: HistogramCounts("x", -1e308, 1e308, 4), "beyond floating point"),
     ],
 )
 def test_bad_families(make, message):

@@ -407,6 +407,13 @@ MUTANTS = [
         "log_measure[-1] = bottom_log_measure(k=k, kbar=counts.size,",
         (f"{KEYS}::test_limited_domain_sampler_follows_its_definition",),
     ),
+    Mutant(
+        "synthesize: private bin edges drawn as if each unit held one row (review 5, finding 2)",
+        "pipelines/synthesize.py",
+        "max_rows=max_rows, seed=args.seed)",
+        "max_rows=1, seed=args.seed)",
+        ("tests/pipelines/test_synthesize.py::test_private_edges_with_a_unit_are_the_quantiles_of_k_rows_a_unit",),
+    ),
 ]
 
 
