@@ -47,6 +47,7 @@ _TOP = np.uint64(48)  # the unit hash's top 16 bits: which shard, and which buck
 _BUCKET_ROWS = 1 << 14  # rows ranked at once (they stay in the cache): see _by_bucket
 _PENDING_ROWS = 1 << 24  # rows a worker's accumulators wait with, all shards together, before compacting
 _NULL_KEY = np.uint64(0x6E756C6C6B6579)  # the hash of a null key
+_PRIORITY_BITS = 20  # of a row's 32-bit priority, in _lowest's sort word (ties at a threshold: exact)
 
 
 def unit_hash(units: pa.Array) -> np.ndarray:
@@ -179,36 +180,42 @@ def _lowest(hashes: np.ndarray, priorities: np.ndarray, k: int, units: pa.Chunke
     ``hashes`` is the unit's identity where ``units`` is None (numbers: unit_hash is then a bijection);
     text units (``units``, their column) are told apart by value where two share a hash.
 
-    Two sorts of one 64-bit word each (several times faster than an argsort): by hash, with the row
-    number in the low bits, to group the rows by unit; then by (group, priority) for each group's k-th
-    lowest priority, the threshold its rows are kept under. Where two units share the hash's high bits,
-    or a group holds two text units, or priorities tie at a threshold (2^-32 a pair), an exact lexsort
+    One sort of one 64-bit word a row (several times faster than an argsort or a lexsort): the hash
+    (less the smallest, shifted to what fits), the priority's top _PRIORITY_BITS and the row number.
+    Rows then come grouped by unit, each unit's by priority, and a row is kept if it is among the
+    first k of its group. Where two units share the hash's kept bits, or a group holds two text
+    units, or two priorities at a unit's threshold share their top bits, an exact lexsort decides
     (ties then go by position, a negligible tilt of which rows are kept, never of how many).
     """
     n = hashes.size
     if n == 0:
         return np.zeros(0, np.intp)
-    bits = np.uint64(max(1, (n - 1).bit_length()))
-    words = np.sort(((hashes >> bits) << bits) | np.arange(n, dtype=np.uint64))
-    order = (words & ((np.uint64(1) << bits) - np.uint64(1))).astype(np.intp)
-    grouped = hashes[order]
+    index_bits = max(1, (n - 1).bit_length())
+    hash_bits = 64 - _PRIORITY_BITS - index_bits
+    low = hashes.min()
+    spread = int(hashes.max() - low).bit_length()
+    if hash_bits < 16:  # too many rows to pack: rank them exactly
+        return _lowest_exact(hashes, priorities, k, units)
+    shift = np.uint64(max(0, spread - hash_bits))
+    top = (priorities >> np.uint32(32 - _PRIORITY_BITS)).astype(np.uint64)
+    words = np.sort(
+        (((hashes - low) >> shift) << np.uint64(_PRIORITY_BITS + index_bits))
+        | (top << np.uint64(index_bits))
+        | np.arange(n, dtype=np.uint64)
+    )
+    order = (words & np.uint64((1 << index_bits) - 1)).astype(np.intp)
+    group = words >> np.uint64(_PRIORITY_BITS + index_bits)
     new = np.empty(n, bool)
     new[0] = True
-    np.not_equal(grouped[1:], grouped[:-1], out=new[1:])
-    top = words >> bits
-    if np.any(new[1:] & (top[1:] == top[:-1])) or _units_differ(units, order, new):
-        return _lowest_exact(hashes, priorities, k, units)
-    starts = np.flatnonzero(new)
-    sizes = np.diff(np.append(starts, n))
-    if sizes.max() <= k:
-        return order
-    group = np.cumsum(new) - 1
-    ranked = priorities[order]
-    thresholds = np.sort((group.astype(np.uint64) << np.uint64(32)) | ranked)[starts + np.minimum(sizes, k) - 1]
-    kept = ranked <= (thresholds & np.uint64(0xFFFFFFFF))[group]
-    if np.count_nonzero(kept) > np.minimum(sizes, k).sum():  # priorities tie at a threshold
-        return _lowest_exact(hashes, priorities, k, units)
-    return order[kept]
+    np.not_equal(group[1:], group[:-1], out=new[1:])
+    grouped = hashes[order]
+    if np.any(~new[1:] & (grouped[1:] != grouped[:-1])) or _units_differ(units, order, new):
+        return _lowest_exact(hashes, priorities, k, units)  # two units share the hash's kept bits
+    rank = _ranks_from(new)
+    boundary = np.flatnonzero(rank[1:] == k) + 1  # the first row past a unit's threshold
+    if boundary.size and np.any((words[boundary] ^ words[boundary - 1]) >> np.uint64(index_bits) == 0):
+        return _lowest_exact(hashes, priorities, k, units)  # priorities tie at a threshold in their top bits
+    return order[rank < k]
 
 
 def _units_differ(units: pa.ChunkedArray | None, order: np.ndarray, new: np.ndarray) -> bool:
@@ -321,9 +328,14 @@ def _sorting_order(values: np.ndarray) -> np.ndarray:
 
 def _ranks(groups: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... within each run of equal values of ``groups`` (sorted)."""
-    positions = np.arange(groups.size)
     new = np.ones(groups.size, bool)
     new[1:] = groups[1:] != groups[:-1]
+    return _ranks_from(new)
+
+
+def _ranks_from(new: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run that ``new`` (True where a run begins) marks."""
+    positions = np.arange(new.size)
     return positions - np.maximum.accumulate(np.where(new, positions, 0))
 
 

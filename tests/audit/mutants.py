@@ -164,10 +164,10 @@ MUTANTS = [
         (f"{QUANTILES}::test_joint_exp_pmf[1]",),
     ),
     Mutant(
-        "bounding keeps K + 1 rows of a unit where no unit has more",
+        "bounding keeps K + 1 rows of a unit where it ranks by one sort",
         "beam_expmech/transforms/bounding.py",
-        "    if sizes.max() <= k:",
-        "    if sizes.max() <= k + 1:",
+        "    return order[rank < k]",
+        "    return order[rank <= k]",
         ("tests/transforms/test_bounding.py::test_no_unit_contributes_more_than_k_rows",),
     ),
     Mutant(
@@ -187,13 +187,20 @@ MUTANTS = [
         ),
     ),
     Mutant(
-        "bounding misses priorities that tie at a unit's threshold (review 3, F3)",
+        "bounding misses priorities that tie at a unit's threshold in their top bits (review 3, F3)",
         "beam_expmech/transforms/bounding.py",
-        "    if np.count_nonzero(kept) > np.minimum(sizes, k).sum():  # priorities tie at a threshold",
+        "    if boundary.size and np.any((words[boundary] ^ words[boundary - 1]) >> np.uint64(index_bits) == 0):",
         "    if False:",
         (
-            "tests/transforms/test_bounding.py::test_tied_priorities_are_ranked_exactly_where_hashes_differ_in_their_high_bits",
+            "tests/transforms/test_bounding.py::test_lowest_ranks_priorities_that_share_their_top_bits_by_all_their_bits",
         ),
+    ),
+    Mutant(
+        "bounding takes two units for one where they share the hash bits of its sort word",
+        "beam_expmech/transforms/bounding.py",
+        "    if np.any(~new[1:] & (grouped[1:] != grouped[:-1])) or _units_differ(units, order, new):",
+        "    if _units_differ(units, order, new):",
+        ("tests/transforms/test_bounding.py::test_lowest_tells_apart_units_a_bit_apart_among_hashes_far_apart",),
     ),
     Mutant(
         "a null unit hashed: one null turns a batch's integer units to floats (review 3, F1)",

@@ -468,6 +468,42 @@ def test_lowest_keeps_what_a_lexsort_keeps(rows, k, base):
     assert np.all(np.diff(hashes[kept].astype(np.float64)) >= 0) or base == 0  # in the order of the hash
 
 
+def lexsort_lowest(hashes: np.ndarray, priorities: np.ndarray, k: int) -> set[int]:
+    """Each unit's k lowest (priority, position): the rule, by a lexsort and a count."""
+    rank, kept = Counter(), set()
+    for position in np.lexsort((np.arange(hashes.size), priorities, hashes)):
+        rank[hashes[position]] += 1
+        if rank[hashes[position]] <= k:
+            kept.add(int(position))
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lowest_tells_apart_units_a_bit_apart_among_hashes_far_apart(seed):
+    """_lowest's sort word holds the hash's high bits only when hashes spread far: units one bit apart
+    then share their word, and priorities that share their top bits at a threshold too."""
+    rng = np.random.default_rng(seed)
+    far = rng.integers(0, 2**63, 40, dtype=np.uint64) * np.uint64(2)  # even hashes over 64 bits
+    units = np.concatenate([far, far[:10] + np.uint64(1)])  # and 10 neighbours one bit away
+    hashes = units[rng.integers(0, units.size, 2_000)]
+    priorities = rng.integers(0, 2**32, hashes.size, dtype=np.uint64).astype(np.uint32)
+    if seed % 2:  # priorities at the thresholds apart in their low bits only
+        priorities = (priorities & np.uint32(0xFFFFFF00)) | rng.integers(0, 4, hashes.size).astype(np.uint32)
+        priorities = np.where(rng.random(hashes.size) < 0.5, priorities & np.uint32(0xFF0000FF), priorities)
+    kept = _lowest(hashes, priorities, 3)
+    assert set(kept.tolist()) == lexsort_lowest(hashes, priorities, 3)
+    assert np.all(np.diff(hashes[kept].astype(np.float64)) >= 0)  # in the order of the hash
+
+
+def test_lowest_ranks_priorities_that_share_their_top_bits_by_all_their_bits():
+    """Two rows of a unit whose priorities differ below the sort word's top bits, at the threshold."""
+    hashes = np.full(4, 7, np.uint64)
+    for low, high in ((0x100, 0x1FF), (0x1FF, 0x100)):
+        priorities = np.array([5 << 24, high, low, 9 << 24], np.uint32)
+        assert _lowest(hashes, priorities, 1).tolist() == [2 if low < high else 1]
+        assert sorted(_lowest(hashes, priorities, 2).tolist()) == [1, 2]
+
+
 @pytest.mark.parametrize("shards", [1, 3])
 def test_text_units_of_one_hash_stay_two_units_where_the_unit_column_is_dropped(shards):
     """The pipelines' path (keep_unit=False): a text unit column stays until the kept rows are cut into batches."""
