@@ -265,8 +265,13 @@ def test_a_numeric_csv_column_is_read_as_numbers_and_written_as_floats(tmp_path)
     ],
 )
 def test_a_bad_numeric_entry_stops_before_any_data_or_budget(tmp_path, entry, message):
+    assert_refused_before_spending(tmp_path, entry, message)  # NaN and Infinity: Python's JSON
+
+
+def assert_refused_before_spending(tmp_path, age, message: str) -> None:
+    """synthesize with ``age``'s domain entry exits 2 with ``message``, nothing charged, nothing written."""
     pq.write_table(numeric_table(100), tmp_path / "d.parquet")
-    (tmp_path / "domain.json").write_text(json.dumps({"age": entry, "c": 2}))  # NaN and Infinity: Python's JSON
+    (tmp_path / "domain.json").write_text(json.dumps({"age": age, "c": 2}))
     ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.init("d", epsilon=5.0, delta=1e-6)
     args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
@@ -375,16 +380,8 @@ def evaluate_one_way(*paths) -> str:
     ],
 )
 def test_a_bad_private_grid_stops_before_any_data_or_budget(tmp_path, entry, message):
-    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
-    (tmp_path / "domain.json").write_text(
-        json.dumps({"age": {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.2} | entry, "c": 2})
-    )
-    ledger = Ledger(str(tmp_path / "ledger.json"))
-    ledger.init("d", epsilon=5.0, delta=1e-6)
-    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
-            "--output": str(tmp_path / "s.csv"), "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
-    assert_usage_error("pipelines.synthesize", args, message)
-    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+    private = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": 0.2}
+    assert_refused_before_spending(tmp_path, private | entry, message)
 
 
 def test_private_grids_must_leave_the_generator_some_epsilon(tmp_path):
