@@ -192,11 +192,10 @@ def _lowest(hashes: np.ndarray, priorities: np.ndarray, k: int, units: pa.Chunke
         return np.zeros(0, np.intp)
     index_bits = max(1, (n - 1).bit_length())
     hash_bits = 64 - _PRIORITY_BITS - index_bits
-    low = hashes.min()
-    spread = int(hashes.max() - low).bit_length()
     if hash_bits < 16:  # too many rows to pack: rank them exactly
         return _lowest_exact(hashes, priorities, k, units)
-    shift = np.uint64(max(0, spread - hash_bits))
+    low = hashes.min()
+    shift = np.uint64(max(0, int(hashes.max() - low).bit_length() - hash_bits))
     top = (priorities >> np.uint32(32 - _PRIORITY_BITS)).astype(np.uint64)
     words = np.sort(
         (((hashes - low) >> shift) << np.uint64(_PRIORITY_BITS + index_bits))
