@@ -192,7 +192,8 @@ def _lowest(hashes: np.ndarray, priorities: np.ndarray, k: int, units: pa.Chunke
         return np.zeros(0, np.intp)
     index_bits = max(1, (n - 1).bit_length())
     hash_bits = 64 - _PRIORITY_BITS - index_bits
-    if hash_bits < 16:  # too many rows to pack: rank them exactly
+    if hash_bits < 16 or hashes.dtype != np.uint64 or priorities.dtype != np.uint32:
+        # Too many rows to pack, or words of other widths, whose bits would spill over (review 6): exactly.
         return _lowest_exact(hashes, priorities, k, units)
     low = hashes.min()
     shift = np.uint64(max(0, int(hashes.max() - low).bit_length() - hash_bits))

@@ -495,6 +495,14 @@ def test_lowest_tells_apart_units_a_bit_apart_among_hashes_far_apart(seed):
     assert np.all(np.diff(hashes[kept].astype(np.float64)) >= 0)  # in the order of the hash
 
 
+def test_lowest_ranks_priorities_of_other_widths_exactly():
+    """Priorities beyond 32 bits would spill into the sort word's hash bits (review 6, finding 2)."""
+    hashes = np.full(4, 5, np.uint64)
+    for priorities in ([2**32, 0, 2**32 + 5 * 4096, 4096], [-1, 0, -20480, 4096]):
+        priorities = np.array(priorities, np.int64)
+        assert _lowest(hashes, priorities, 1).tolist() == [int(np.argmin(priorities))]
+
+
 def test_lowest_ranks_priorities_that_share_their_top_bits_by_all_their_bits():
     """Two rows of a unit whose priorities differ below the sort word's top bits, at the threshold."""
     hashes = np.full(4, 7, np.uint64)
