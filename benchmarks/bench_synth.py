@@ -1,22 +1,68 @@
 """Synthetic data: workload error and time of our generators beside reference ones, in one run.
 
-    python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll] [--epsilons 1.0,0.3] [--seeds 3]
-        [--no-reference] [--reference-aim-rounds nltcs=48]
+    python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
+        [--seeds 3] [--no-reference] [--reference-aim-rounds 8,nltcs=16]
 
-On the public tables of tests/data (nltcs, titanic; their source in tests/data/README.md) and a
-generated payroll table (135,727 rows, 6 dependent columns of 3 to 33 codes: ``payroll()``), for
-each epsilon and seed: the average and max L1 error over all 3-way marginals (each normalised to a
-probability vector, as pipelines.evaluate_synthetic) and the seconds of
+Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
+  nltcs, titanic  tests/data (source and licence in tests/data/README.md)
+  payroll         generated here (135,727 rows, 6 dependent columns of 3 to 33 codes: ``payroll()``)
+  fair            statsmodels.datasets.fair (Fair 1978, Redbook survey), 6,366 x 9; statsmodels states
+                  "Included with permission of the author"; statsmodels itself is BSD-3
+  randhie         statsmodels.datasets.randhie (RAND Health Insurance Experiment), 20,190 x 10;
+                  statsmodels states "This is in the public domain"
+  anes96          statsmodels.datasets.anes96 (1996 American National Election Study), 944 x 10;
+                  statsmodels states "This is public domain"
+  penguins        palmerpenguins (Gorman, Williams, Fraser 2014; Palmer Station LTER), 342 x 8; CC0
+  breast_cancer   scikit-learn's bundled breast_cancer.csv (Wisconsin Diagnostic Breast Cancer, UCI),
+                  569 x 11 (diagnosis and the ten "mean" features); UCI's licence CC BY 4.0
+  diabetes        scikit-learn's bundled diabetes_data_raw.csv.gz and diabetes_target.csv.gz (Efron,
+                  Hastie, Johnstone, Tibshirani 2004, "Least Angle Regression"), 442 x 11; no licence
+                  stated beyond scikit-learn's BSD-3
+The last six are read from files inside the installed packages' wheels (``pip install -e '.[bench]'``),
+never downloaded at run time. A numeric column is binned with ``beam_expmech.grids.NumericGrid.codes``
+onto a public equal-width grid [lower, upper] in ``bins`` bins (values outside are clamped into the end
+bins), the bounds taken from the column's documentation or common knowledge, not from the data:
+  fair           age [15, 45] 6, yrs_married [0, 25] 5, children [0, 6] 6, affairs [0, 16] 8
+                 (age, years married and children are the survey's interval midpoints)
+  randhie        mdvis [0, 32] 16, lncoins [0, 4.7] 5 (ln(coinsurance % + 1)), lpi [0, 8] 8,
+                 fmde [0, 9] 9, disea [0, 60] 12, physlm [0, 1] 2 (a few imputed fractions)
+  anes96         popul [0, 8000] 16 (thousands), age [18, 98] 8
+  penguins       bill_length_mm [30, 60] 10, bill_depth_mm [13, 22] 9, flipper_length_mm [170, 235] 13,
+                 body_mass_g [2500, 6500] 8 (the 2 rows without measurements dropped; a missing sex is
+                 its own code)
+  breast_cancer  8 bins each: radius [5, 30], texture [5, 40], perimeter [40, 190], area [100, 2600],
+                 smoothness [0.05, 0.17], compactness [0, 0.35], concavity [0, 0.45], concave points
+                 [0, 0.21], symmetry [0.1, 0.31], fractal dimension [0.045, 0.1] (the documented
+                 Min/Max of scikit-learn's description, rounded outward)
+  diabetes       age [18, 88] 7, bmi [15, 45] 6, bp [60, 140] 8, tc [100, 300] 8, ldl [40, 240] 8,
+                 hdl [20, 100] 8, tch [2, 10] 8, ltg [3, 6.5] 7, glu [60, 130] 7, progression
+                 [25, 350] 13 (documented 25 .. 346)
+The other columns are categories, one code each (listed in the table's function).
+
+For each table, epsilon and seed: the average and max L1 error over all 3-way marginals (each
+normalised to a probability vector, as pipelines.evaluate_synthetic), scored two ways for every
+generator alike:
+  model  the marginals of the generator's fitted model (what sampled rows converge to);
+  rows   the marginals of as many rows as the real table has, sampled i.i.d. from that model;
+and the seconds of the fit (without the sampling and scoring) of
   aim          beam_expmech.synth.aim, rho-zCDP at the rho of (epsilon, delta = 1e-9)
   mwem         beam_expmech.synth.mwem, 20 rounds, pure epsilon-DP
-  ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST`` (Private-PGM estimation), same rho
-  ref AIM      OpenDP 0.16 ``opendp.extras.mbi.AIM``, same rho; its rounds parameter T
-               (default 16 d) may be lowered per dataset, and the table says so
+  ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST()`` (mbi 1.1.0, Private-PGM mirror descent), same rho
+  ref AIM      OpenDP 0.16 ``opendp.extras.mbi.AIM(rounds=T)``, same rho; T is 16 d unless
+               ``--reference-aim-rounds`` caps it (the label then reads "ref AIM T=...")
   independent  noisy 1-way marginals (discrete Laplace, epsilon / d each), pure epsilon-DP
-  1,000 rows   1,000 real rows sampled (not private: for scale)
-The generators' errors are those of their models' marginals (what sampled rows converge to).
-The marginals are counted with numpy here (the Beam pass is the same counts); seeds make our
-draws repeatable and NOT private. The references need ``pip install 'opendp[mbi]'``.
+  1,000 rows   1,000 real rows sampled (not private: for scale; left out of tables of 1,000 rows or fewer)
+How the references run: ``dp.Context.compositor(data, privacy_unit=dp.unit_of(contributions=1),
+privacy_loss=dp.loss_of(rho=rho))``, one query ``.contingency_table(keys={column: range(size)},
+algorithm=...)``, released once. Their model marginals are ``ContingencyTable.project``, with the null
+key OpenDP adds last to every column dropped and the rest renormalised. Their rows are mbi's
+``MarkovRandomField.synthetic_data(rows, method="sample")``, not ``ContingencyTable.synthesize()``,
+whose default ``method="round"`` assigns values by row order within each parent group and so
+correlates unrelated columns; each null cell is then replaced by a draw from its column's own
+synthetic non-null values. If OpenDP's MST refuses its own budget split ("insufficient budget for
+query"), each share is stepped down 3, then 24, then 48 ulps more and the run retried (a line says so).
+The marginals are counted with numpy here (the Beam pass is the same counts); seeds make our draws
+repeatable and NOT private (OpenDP's noise is its own; mbi's sampling is seeded).
 """
 
 from __future__ import annotations
