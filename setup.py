@@ -53,7 +53,7 @@ setup(
         # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed;
         # bench_select runs select on a Dask LocalCluster too, and samples its processes' memory (psutil).
         # bench_synth reads tables that statsmodels (fair, randhie, anes96), palmerpenguins and
-        # scikit-learn (breast_cancer, raw diabetes: 1.1 added it) ship inside their wheels.
+        # scikit-learn (breast_cancer and the raw diabetes, both bundled by 1.1) ship inside their wheels.
         "bench": [
             "opendp[mbi]>=0.16",
             "pipeline-dp>=0.2.1",
