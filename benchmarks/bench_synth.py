@@ -1,7 +1,7 @@
 """Synthetic data: workload error and time of our generators beside reference ones, in one run.
 
     python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
-        [--seeds 3] [--no-reference] [--reference-aim-rounds 8,nltcs=16]
+        [--seeds 3] [--no-reference | --references mst,aim] [--no-ours] [--reference-aim-rounds 8,nltcs=16]
 
 Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
   nltcs, titanic  tests/data (source and licence in tests/data/README.md)
@@ -75,6 +75,7 @@ import gzip
 import importlib.util
 import itertools
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -417,6 +418,8 @@ def main() -> None:
     parser.add_argument("--epsilons", default="1.0,0.3")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--no-reference", action="store_true", help="skip OpenDP's MST and AIM")
+    parser.add_argument("--references", default="mst,aim", help="which of OpenDP's MST and AIM to run")
+    parser.add_argument("--no-ours", action="store_true", help="run the references only (a run split in parts)")
     parser.add_argument(
         "--reference-aim-rounds",
         default="",
@@ -450,6 +453,8 @@ def main() -> None:
                         *row_errors(true, domain, fitted.sample(batch.num_rows, seed)),
                     )
                     rows.setdefault(method, []).append((*scores, seconds))
+                    print(f"# {name} {epsilon:g} {method} seed {seed}: {scores[0]:.4f} {scores[2]:.4f} {seconds:.1f} s",
+                          file=sys.stderr, flush=True)  # fmt: skip
             for method, runs in rows.items():
                 scores = " ".join(f"{v:>9.4f}" for v in np.mean(runs, axis=0)[:4])
                 seconds = np.mean(runs, axis=0)[4]
@@ -458,15 +463,19 @@ def main() -> None:
 
 def generators(batch, domain, true, one_way, epsilon, rho, seed, args, ref_aim_rounds):
     """(method, fit) pairs: each fit runs one generator and returns it as a Fitted."""
-    yield "aim", lambda: _ours(aim(true, domain, rho=rho, rng=seed).model)
-    yield "mwem", lambda: _ours(mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model)
-    if not args.no_reference:
+    references = set() if args.no_reference else set(args.references.split(","))
+    if not args.no_ours:
+        yield "aim", lambda: _ours(aim(true, domain, rho=rho, rng=seed).model)
+        yield "mwem", lambda: _ours(mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model)
+    if "mst" in references:
         yield "ref MST", lambda: reference(batch, domain, rho, "mst", None)
+    if "aim" in references:
         label = "ref AIM" if ref_aim_rounds is None else f"ref AIM T={ref_aim_rounds}"
         yield label, lambda: reference(batch, domain, rho, "aim", ref_aim_rounds)
-    yield "independent", lambda: _ours(independent_marginals(one_way, epsilon=epsilon, rng=seed)[0])
-    if batch.num_rows > 1000:  # else it would be the table itself
-        yield "1,000 rows", lambda: sampled_rows(batch, domain, seed)
+    if not args.no_ours:
+        yield "independent", lambda: _ours(independent_marginals(one_way, epsilon=epsilon, rng=seed)[0])
+        if batch.num_rows > 1000:  # else it would be the table itself
+            yield "1,000 rows", lambda: sampled_rows(batch, domain, seed)
 
 
 if __name__ == "__main__":
