@@ -52,7 +52,17 @@ setup(
         "dask": ["dask[distributed]>=2026.8"],
         # Benchmarks compare against OpenDP's exact noisy max and PipelineDP's counts when installed;
         # bench_select runs select on a Dask LocalCluster too, and samples its processes' memory (psutil).
-        "bench": ["opendp[mbi]>=0.16", "pipeline-dp>=0.2.1", "dask[distributed]>=2026.8", "psutil>=5.9"],
+        # bench_synth reads tables that statsmodels (fair, randhie, anes96), palmerpenguins and
+        # scikit-learn (breast_cancer and the raw diabetes, both bundled by 1.1) ship inside their wheels.
+        "bench": [
+            "opendp[mbi]>=0.16",
+            "pipeline-dp>=0.2.1",
+            "dask[distributed]>=2026.8",
+            "psutil>=5.9",
+            "statsmodels>=0.14",
+            "palmerpenguins>=0.1.6",
+            "scikit-learn>=1.1",
+        ],
     },
     entry_points={"console_scripts": ["beam-expmech = pipelines.cli:main"]},
 )

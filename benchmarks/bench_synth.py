@@ -1,37 +1,92 @@
 """Synthetic data: workload error and time of our generators beside reference ones, in one run.
 
-    python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll] [--epsilons 1.0,0.3] [--seeds 3]
-        [--no-reference] [--reference-aim-rounds nltcs=48]
+    python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
+        [--seeds 3] [--no-reference | --references mst,aim] [--no-ours] [--reference-aim-rounds 8,nltcs=16]
 
-On the public tables of tests/data (nltcs, titanic; their source in tests/data/README.md) and a
-generated payroll table (135,727 rows, 6 dependent columns of 3 to 33 codes: ``payroll()``), for
-each epsilon and seed: the average and max L1 error over all 3-way marginals (each normalised to a
-probability vector, as pipelines.evaluate_synthetic) and the seconds of
+Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
+  nltcs, titanic  tests/data (source and licence in tests/data/README.md)
+  payroll         generated here (135,727 rows, 6 dependent columns of 3 to 33 codes: ``payroll()``)
+  fair            statsmodels.datasets.fair (Fair 1978, Redbook survey), 6,366 x 9; statsmodels states
+                  "Included with permission of the author"; statsmodels itself is BSD-3
+  randhie         statsmodels.datasets.randhie (RAND Health Insurance Experiment), 20,190 x 10;
+                  statsmodels states "This is in the public domain"
+  anes96          statsmodels.datasets.anes96 (1996 American National Election Study), 944 x 10;
+                  statsmodels states "This is public domain"
+  penguins        palmerpenguins (Gorman, Williams, Fraser 2014; Palmer Station LTER), 342 x 8; CC0
+  breast_cancer   scikit-learn's bundled breast_cancer.csv (Wisconsin Diagnostic Breast Cancer, UCI),
+                  569 x 11 (diagnosis and the ten "mean" features); UCI's licence CC BY 4.0
+  diabetes        scikit-learn's bundled diabetes_data_raw.csv.gz and diabetes_target.csv.gz (Efron,
+                  Hastie, Johnstone, Tibshirani 2004, "Least Angle Regression"), 442 x 11; no licence
+                  stated beyond scikit-learn's BSD-3
+The last six are read from files inside the installed packages' wheels (``pip install -e '.[bench]'``),
+never downloaded at run time. A numeric column is binned with ``beam_expmech.grids.NumericGrid.codes``
+onto a public equal-width grid [lower, upper] in ``bins`` bins (values outside are clamped into the end
+bins), the bounds taken from the column's documentation or common knowledge, not from the data:
+  fair           age [15, 45] 6, yrs_married [0, 25] 5, children [0, 6] 6, affairs [0, 16] 8
+                 (age, years married and children are the survey's interval midpoints)
+  randhie        mdvis [0, 32] 16, lncoins [0, 4.7] 5 (ln(coinsurance % + 1)), lpi [0, 8] 8,
+                 fmde [0, 9] 9, disea [0, 60] 12, physlm [0, 1] 2 (a few imputed fractions)
+  anes96         popul [0, 8000] 16 (thousands), age [18, 98] 8
+  penguins       bill_length_mm [30, 60] 10, bill_depth_mm [13, 22] 9, flipper_length_mm [170, 235] 13,
+                 body_mass_g [2500, 6500] 8 (the 2 rows without measurements dropped; a missing sex is
+                 its own code)
+  breast_cancer  8 bins each: radius [5, 30], texture [5, 40], perimeter [40, 190], area [100, 2600],
+                 smoothness [0.05, 0.17], compactness [0, 0.35], concavity [0, 0.45], concave points
+                 [0, 0.21], symmetry [0.1, 0.31], fractal dimension [0.045, 0.1] (the documented
+                 Min/Max of scikit-learn's description, rounded outward)
+  diabetes       age [18, 88] 7, bmi [15, 45] 6, bp [60, 140] 8, tc [100, 300] 8, ldl [40, 240] 8,
+                 hdl [20, 100] 8, tch [2, 10] 8, ltg [3, 6.5] 7, glu [60, 130] 7, progression
+                 [25, 350] 13 (documented 25 .. 346)
+The other columns are categories, one code each (listed in the table's function).
+
+For each table, epsilon and seed: the average and max L1 error over all 3-way marginals (each
+normalised to a probability vector, as pipelines.evaluate_synthetic), scored two ways for every
+generator alike:
+  model  the marginals of the generator's fitted model (what sampled rows converge to);
+  rows   the marginals of as many rows as the real table has, sampled i.i.d. from that model;
+and the seconds of the fit (without the sampling and scoring) of
   aim          beam_expmech.synth.aim, rho-zCDP at the rho of (epsilon, delta = 1e-9)
   mwem         beam_expmech.synth.mwem, 20 rounds, pure epsilon-DP
-  ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST`` (Private-PGM estimation), same rho
-  ref AIM      OpenDP 0.16 ``opendp.extras.mbi.AIM``, same rho; its rounds parameter T
-               (default 16 d) may be lowered per dataset, and the table says so
+  ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST()`` (mbi 1.1.0, Private-PGM mirror descent), same rho
+  ref AIM      OpenDP 0.16 ``opendp.extras.mbi.AIM(rounds=T)``, same rho; T is 16 d unless
+               ``--reference-aim-rounds`` caps it (the label then reads "ref AIM T=...")
   independent  noisy 1-way marginals (discrete Laplace, epsilon / d each), pure epsilon-DP
-  1,000 rows   1,000 real rows sampled (not private: for scale)
-The generators' errors are those of their models' marginals (what sampled rows converge to).
-The marginals are counted with numpy here (the Beam pass is the same counts); seeds make our
-draws repeatable and NOT private. The references need ``pip install 'opendp[mbi]'``.
+  1,000 rows   1,000 real rows sampled (not private: for scale; left out of tables of 1,000 rows or fewer)
+How the references run: ``dp.Context.compositor(data, privacy_unit=dp.unit_of(contributions=1),
+privacy_loss=dp.loss_of(rho=rho))``, one query ``.contingency_table(keys={column: range(size)},
+algorithm=...)``, released once. Their model marginals are ``ContingencyTable.project``, with the null
+key OpenDP adds last to every column dropped and the rest renormalised. Their rows are mbi's
+``MarkovRandomField.synthetic_data(rows, method="sample")``, not ``ContingencyTable.synthesize()``,
+whose default ``method="round"`` assigns values by row order within each parent group and so
+correlates unrelated columns; each null cell is then replaced by a draw from its column's own
+synthetic non-null values. If OpenDP's MST refuses its own budget split ("insufficient budget for
+query"; it does on these tables), each share is stepped down 3 ulps below OpenDP's own split, and if
+it still refuses, 24 then 48 ulps, the run retried (a line says so).
+The marginals are counted with numpy here (the Beam pass is the same counts); seeds make our draws
+repeatable and NOT private (OpenDP's noise is its own; mbi's sampling is seeded).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
+import gzip
+import importlib.util
 import itertools
 import json
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from beam_expmech.accounting import epsilon_to_zcdp
+from beam_expmech.grids import NumericGrid
+from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth.aim import aim
 from beam_expmech.synth.baselines import independent_marginals
@@ -64,9 +119,188 @@ def payroll(rows: int = 135_727, seed: int = 0) -> tuple[pa.RecordBatch, dict[st
     return pa.record_batch({c: v for c, (v, _) in columns.items()}), {c: size for c, (_, size) in columns.items()}
 
 
+# Tables shipped inside PyPI wheels (read from the installed package's files, no download at run time;
+# ``importlib.util.find_spec`` locates a package without importing it). Numbers are binned onto
+# public equal-width grids with NumericGrid.codes: bounds from the column's documented or commonly
+# known range, never from the data (values outside are clamped into the end bins).
+def _package_file(package: str, *parts: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"this table needs the {package} package: pip install -e '.[bench]'")
+    return Path(spec.submodule_search_locations[0], *parts)
+
+
+def _grid(lower: float, upper: float, bins: int):
+    """A public equal-width grid: float values to codes 0 .. bins - 1."""
+    grid = NumericGrid(lower, upper, bins)
+    return bins, lambda values: grid.codes(np.asarray(values, dtype=np.float64))[0]
+
+
+def _categories(*values):
+    """Codes 0 .. k - 1 in the order of ``values`` (compared as numbers when they are numbers)."""
+    index = {v: i for i, v in enumerate(values)}
+
+    def encode(raw):
+        keys = [float(v) if not isinstance(values[0], str) else v for v in raw]
+        return np.array([index[k] for k in keys], dtype=np.int64)
+
+    return len(values), encode
+
+
+def _read_csv(path: Path, delimiter: str = ",", header: bool = True):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter=delimiter))
+    names = [n.strip("'\"") for n in rows[0]] if header else None
+    return names, rows[1:] if header else rows
+
+
+def _table(raw: dict[str, list], specs: dict[str, tuple]) -> tuple[pa.RecordBatch, dict[str, int]]:
+    return pa.record_batch({c: encode(raw[c]) for c, (_, encode) in specs.items()}), {
+        c: size for c, (size, _) in specs.items()
+    }
+
+
+def _columns(names: list[str], rows: list[list[str]], floats: set[str]) -> dict[str, list]:
+    return {n: [float(r[i]) if n in floats else r[i] for r in rows] for i, n in enumerate(names)}
+
+
+def fair():
+    """statsmodels' fair: Fair (1978), Redbook survey of women, 6,366 x 9 (age, years married and
+    children are the survey's interval midpoints; affairs a time measure, 0 for most)."""
+    names, rows = _read_csv(_package_file("statsmodels", "datasets", "fair", "fair.csv"))
+    specs = {
+        "rate_marriage": _categories(1, 2, 3, 4, 5),
+        "age": _grid(15, 45, 6),
+        "yrs_married": _grid(0, 25, 5),
+        "children": _grid(0, 6, 6),
+        "religious": _categories(1, 2, 3, 4),
+        "educ": _categories(9, 12, 14, 16, 17, 20),
+        "occupation": _categories(1, 2, 3, 4, 5, 6),
+        "occupation_husb": _categories(1, 2, 3, 4, 5, 6),
+        "affairs": _grid(0, 16, 8),
+    }
+    return _table(_columns(names, rows, set(names)), specs)
+
+
+def randhie():
+    """statsmodels' randhie: the RAND Health Insurance Experiment, 20,190 x 10."""
+    names, rows = _read_csv(_package_file("statsmodels", "datasets", "randhie", "randhie.csv"))
+    binary = _categories(0, 1)
+    specs = {
+        "mdvis": _grid(0, 32, 16),  # outpatient visits to an MD in the year
+        "lncoins": _grid(0, 4.7, 5),  # ln(coinsurance + 1), coinsurance 0..100 %
+        "idp": binary,
+        "lpi": _grid(0, 8, 8),  # ln(max(1, participation incentive in $))
+        "fmde": _grid(0, 9, 9),  # ln(max(1, maximum dollar expenditure / coinsurance))
+        "physlm": _grid(0, 1, 2),  # physical limitation (a few imputed fractions: the nearer)
+        "disea": _grid(0, 60, 12),  # chronic diseases (the study's index)
+        "hlthg": binary,
+        "hlthf": binary,
+        "hlthp": binary,
+    }
+    return _table(_columns(names, rows, set(names)), specs)
+
+
+def anes96():
+    """statsmodels' anes96: the 1996 American National Election Study, 944 x 10."""
+    names, rows = _read_csv(_package_file("statsmodels", "datasets", "anes96", "anes96.csv"), delimiter="\t")
+    scale = _categories(1, 2, 3, 4, 5, 6, 7)
+    specs = {
+        "popul": _grid(0, 8000, 16),  # census place population in 1000s (New York City: about 7,300)
+        "TVnews": _categories(0, 1, 2, 3, 4, 5, 6, 7),  # days a week
+        "selfLR": scale,
+        "ClinLR": scale,
+        "DoleLR": scale,
+        "PID": _categories(0, 1, 2, 3, 4, 5, 6),
+        "age": _grid(18, 98, 8),
+        "educ": scale,
+        "income": _categories(*range(1, 25)),
+        "vote": _categories(0, 1),
+    }
+    return _table(_columns(names, rows, set(names)), specs)
+
+
+def penguins():
+    """palmerpenguins: Palmer Station penguins (Gorman, Williams, Fraser 2014), 344 x 8; the 2 rows with
+    no measurements are dropped (342 rows), a missing sex is a code of its own."""
+    names, rows = _read_csv(_package_file("palmerpenguins", "data", "penguins.csv"))
+    rows = [r for r in rows if r[names.index("body_mass_g")] != "NA"]
+    specs = {
+        "species": _categories("Adelie", "Chinstrap", "Gentoo"),
+        "island": _categories("Biscoe", "Dream", "Torgersen"),
+        "bill_length_mm": _grid(30, 60, 10),
+        "bill_depth_mm": _grid(13, 22, 9),
+        "flipper_length_mm": _grid(170, 235, 13),
+        "body_mass_g": _grid(2500, 6500, 8),
+        "sex": _categories("female", "male", "NA"),
+        "year": _categories("2007", "2008", "2009"),
+    }
+    numbers = {"bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"}
+    return _table(_columns(names, rows, numbers), specs)
+
+
+def breast_cancer():
+    """scikit-learn's bundled breast cancer (Wisconsin diagnostic), 569 x 11: the diagnosis and the
+    ten "mean" features; bounds rounded outward from the Min/Max of the dataset's documentation."""
+    _, rows = _read_csv(_package_file("sklearn", "datasets", "data", "breast_cancer.csv"))
+    features = {
+        "radius": (5, 30),
+        "texture": (5, 40),
+        "perimeter": (40, 190),
+        "area": (100, 2600),
+        "smoothness": (0.05, 0.17),
+        "compactness": (0, 0.35),
+        "concavity": (0, 0.45),
+        "concave_points": (0, 0.21),
+        "symmetry": (0.1, 0.31),
+        "fractal_dimension": (0.045, 0.1),
+    }
+    raw = {c: [float(r[i]) for r in rows] for i, c in enumerate(features)}
+    raw["diagnosis"] = [float(r[-1]) for r in rows]  # 0 malignant, 1 benign
+    specs = {"diagnosis": _categories(0, 1)} | {c: _grid(lo, hi, 8) for c, (lo, hi) in features.items()}
+    return _table(raw, specs)
+
+
+def diabetes():
+    """scikit-learn's bundled diabetes, raw (Efron, Hastie, Johnstone, Tibshirani 2004), 442 x 11: the
+    ten baseline measurements and the disease progression a year later (documented range 25 .. 346)."""
+    _, rows = _read_csv(_package_file("sklearn", "datasets", "data", "diabetes_data_raw.csv.gz"), " ", False)
+    _, target = _read_csv(_package_file("sklearn", "datasets", "data", "diabetes_target.csv.gz"), " ", False)
+    bounds = {
+        "age": (18, 88, 7),  # years, adults
+        "sex": None,
+        "bmi": (15, 45, 6),  # kg/m^2
+        "bp": (60, 140, 8),  # mean arterial pressure, mm Hg
+        "tc": (100, 300, 8),  # total cholesterol, mg/dL (S1)
+        "ldl": (40, 240, 8),  # (S2)
+        "hdl": (20, 100, 8),  # (S3)
+        "tch": (2, 10, 8),  # total / HDL cholesterol (S4)
+        "ltg": (3, 6.5, 7),  # log of serum triglycerides (S5)
+        "glu": (60, 130, 7),  # blood sugar, mg/dL (S6)
+    }
+    raw = {c: [float(r[i]) for r in rows] for i, c in enumerate(bounds)}
+    raw["progression"] = [float(r[0]) for r in target]
+    specs = {c: _categories(1, 2) if b is None else _grid(*b) for c, b in bounds.items()}
+    return _table(raw, specs | {"progression": _grid(25, 350, 13)})
+
+
+WHEEL_TABLES = {
+    "fair": fair,
+    "randhie": randhie,
+    "anes96": anes96,
+    "penguins": penguins,
+    "breast_cancer": breast_cancer,
+    "diabetes": diabetes,
+}
+DATASETS = ["nltcs", "titanic", "payroll", *WHEEL_TABLES]
+
+
 def load(name: str) -> tuple[pa.RecordBatch, dict[str, int]]:
     if name == "payroll":
         return payroll()
+    if name in WHEEL_TABLES:
+        return WHEEL_TABLES[name]()
     domain = json.loads((DATA / name / "domain.json").read_text())
     with open(DATA / name / f"{name}.csv") as handle:
         reader = csv.reader(handle)
@@ -85,52 +319,121 @@ def errors(true: dict, marginal_of) -> tuple[float, float]:
     return float(np.mean(values)), float(np.max(values))
 
 
-def sampled_rows(batch: pa.RecordBatch, domain: dict[str, int], seed: int):
-    """The marginals of 1,000 real rows drawn without replacement."""
+@dataclass
+class Fitted:
+    """A generator's output, scored two ways: its model's marginals, and ``rows`` rows sampled from it."""
+
+    marginal: Callable[[tuple[str, ...]], np.ndarray]  # normalised to a probability vector
+    sample: Callable[[int, int], dict[str, np.ndarray]]  # (rows, seed) -> {column: codes}
+
+
+def _ours(model) -> Fitted:
+    project = getattr(model, "project", None)
+    marginal = (lambda m: project(m) / model.total) if project is not None else model.marginal
+    return Fitted(marginal, lambda rows, seed: model.sample(rows, random_source(seed + 1_000_003)))
+
+
+def sampled_rows(batch: pa.RecordBatch, domain: dict[str, int], seed: int) -> Fitted:
+    """1,000 real rows drawn without replacement (its model and its rows are the same)."""
     rows = batch.take(pa.array(np.random.default_rng(seed).choice(batch.num_rows, 1000, replace=False)))
     sample = counts(rows, domain, 3)
-    return lambda m: sample[m] / sample[m].sum()
+    return Fitted(lambda m: sample[m] / sample[m].sum(), lambda n, s: {c: rows.column(c).to_numpy() for c in domain})
 
 
-def reference(batch: pa.RecordBatch, domain: dict[str, int], rho: float, method: str, rounds: int | None):
-    """OpenDP's MST or AIM at ``rho``-zCDP, one row per person: a function giving its model's marginals."""
+def row_errors(true: dict, domain: dict[str, int], rows: dict[str, np.ndarray]) -> tuple[float, float]:
+    synthetic = counts(pa.record_batch(rows), domain, 3)
+    return errors(true, lambda m: synthetic[m] / synthetic[m].sum())
+
+
+_MST_ULPS = [3, 24, 48]  # extra ulps each of OpenDP MST's budget shares is stepped down by, tried in turn
+
+
+def reference(batch: pa.RecordBatch, domain: dict[str, int], rho: float, method: str, rounds: int | None) -> Fitted:
+    """OpenDP's MST or AIM at ``rho``-zCDP, one row per person, every column's keys given (0 .. size - 1).
+
+    Model marginals: the fitted MarkovRandomField's (``ContingencyTable.project``), the null key OpenDP
+    adds last to every column dropped and the rest renormalised. Rows: mbi's
+    ``synthetic_data(rows, method="sample")`` (i.i.d. draws down the junction tree; its default "round",
+    which OpenDP's ``synthesize()`` uses, assigns values by row order within each parent group and
+    correlates unrelated columns), each null cell replaced by a draw from its column's own synthetic
+    non-null values.
+    """
     import opendp.extras.mbi._mst as opendp_mst
     import opendp.prelude as dp
     import polars as pl
 
     dp.enable_features("contrib")
-    # OpenDP 0.16's MST splits its selection budget d - 1 ways and then overspends it by an
-    # ulp ("insufficient budget for query"); shaving three ulps off each share avoids that.
-    if not getattr(opendp_mst, "_shaved", False):
-        prior = opendp_mst.prior
-        opendp_mst.prior = lambda x: prior(prior(prior(x)))
-        opendp_mst._shaved = True
+    prior = getattr(opendp_mst, "_prior", opendp_mst.prior)
+    opendp_mst._prior = prior
     frame = pl.LazyFrame({c: batch.column(c).to_numpy() for c in domain})
-    context = dp.Context.compositor(
-        data=frame, privacy_unit=dp.unit_of(contributions=1), privacy_loss=dp.loss_of(rho=rho), split_evenly_over=1
-    )
-    algorithm = dp.mbi.MST() if method == "mst" else dp.mbi.AIM(rounds=rounds)
     keys = {c: list(range(size)) for c, size in domain.items()}
-    table = context.query().contingency_table(keys=keys, algorithm=algorithm).release()
+    for ulps in _MST_ULPS if method == "mst" else [0]:  # a retry runs MST anew (fresh noise)
+        # OpenDP 0.16's MST splits its budget and can then refuse a share by an ulp ("insufficient
+        # budget for query"): each of its shares is stepped ``ulps`` further down and the run retried.
+        opendp_mst.prior = functools.partial(_stepped_down, prior, ulps)
+        context = dp.Context.compositor(
+            data=frame, privacy_unit=dp.unit_of(contributions=1), privacy_loss=dp.loss_of(rho=rho), split_evenly_over=1
+        )
+        algorithm = dp.mbi.MST() if method == "mst" else dp.mbi.AIM(rounds=rounds)
+        try:
+            table = context.query().contingency_table(keys=keys, algorithm=algorithm).release()
+            break
+        except Exception as error:  # OpenDPException
+            if "insufficient budget" not in str(error) or ulps == _MST_ULPS[-1]:
+                raise
+            print(f"# ref MST refused its budget split with shares {ulps} ulps down; trying more", flush=True)
+    model = table.model
 
     def marginal(columns):
         values = np.asarray(table.project(list(columns)), dtype=float)
         values = values[tuple(slice(0, -1) for _ in columns)]  # OpenDP adds a null key last to every column
         return values / values.sum()
 
-    return marginal
+    def sample(rows: int, seed: int) -> dict[str, np.ndarray]:
+        np.random.seed(seed)  # mbi draws from numpy's global generator
+        data = model.synthetic_data(rows, method="sample").to_dict()
+        out = {}
+        for c, size in domain.items():
+            codes = np.asarray(data[c], dtype=np.int64)
+            null = codes >= size  # the null key, index size
+            if null.any():
+                present = codes[~null]
+                codes[null] = np.random.choice(present, int(null.sum())) if present.size else 0
+            out[c] = codes
+        return out
+
+    return Fitted(marginal, sample)
+
+
+def _stepped_down(prior, ulps: int, value: float) -> float:
+    value = prior(value)
+    for _ in range(ulps):
+        value = prior(value)
+    return value
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default="nltcs,titanic,payroll")
+    parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--epsilons", default="1.0,0.3")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--no-reference", action="store_true", help="skip OpenDP's MST and AIM")
-    parser.add_argument("--reference-aim-rounds", default="", help="e.g. nltcs=48: OpenDP AIM's T for a dataset")
+    parser.add_argument("--references", default="mst,aim", help="which of OpenDP's MST and AIM to run")
+    parser.add_argument("--no-ours", action="store_true", help="run the references only (a run split in parts)")
+    parser.add_argument(
+        "--reference-aim-rounds",
+        default="",
+        help="OpenDP AIM's T: a number for every dataset and/or NAME=T for one (default 16 d)",
+    )
     args = parser.parse_args()
-    ref_rounds = {k: int(v) for k, v in (item.split("=") for item in args.reference_aim_rounds.split(",") if item)}
-    print(f"{'dataset':<8} {'epsilon':>7} {'method':<16} {'avg L1':>8} {'max L1':>8} {'seconds':>8}", flush=True)
+    items = [item for item in args.reference_aim_rounds.split(",") if item]
+    ref_rounds = {k: int(v) for k, v in (item.split("=") for item in items if "=" in item)}
+    ref_default = next((int(item) for item in items if "=" not in item), None)
+    print(
+        f"{'dataset':<13} {'epsilon':>7} {'method':<16} {'model avg':>9} {'model max':>9} "
+        f"{'rows avg':>9} {'rows max':>9} {'seconds':>8}",
+        flush=True,
+    )
     for name in args.datasets.split(","):
         batch, domain = load(name)
         true = counts(batch, domain, 3)
@@ -140,30 +443,39 @@ def main() -> None:
             rows: dict[str, list] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(
-                    batch, domain, true, one_way, epsilon, rho, seed, args, ref_rounds.get(name)
+                    batch, domain, true, one_way, epsilon, rho, seed, args, ref_rounds.get(name, ref_default)
                 ):
                     start = time.perf_counter()
-                    marginal_of = fit()
-                    rows.setdefault(method, []).append((*errors(true, marginal_of), time.perf_counter() - start))
+                    fitted = fit()
+                    seconds = time.perf_counter() - start
+                    scores = (
+                        *errors(true, fitted.marginal),
+                        *row_errors(true, domain, fitted.sample(batch.num_rows, seed)),
+                    )
+                    rows.setdefault(method, []).append((*scores, seconds))
+                    print(f"# {name} {epsilon:g} {method} seed {seed}: {scores[0]:.4f} {scores[2]:.4f} {seconds:.1f} s",
+                          file=sys.stderr, flush=True)  # fmt: skip
             for method, runs in rows.items():
-                avg, worst, seconds = np.mean(runs, axis=0)
-                print(f"{name:<8} {epsilon:>7g} {method:<16} {avg:>8.4f} {worst:>8.4f} {seconds:>8.1f}", flush=True)
+                scores = " ".join(f"{v:>9.4f}" for v in np.mean(runs, axis=0)[:4])
+                seconds = np.mean(runs, axis=0)[4]
+                print(f"{name:<13} {epsilon:>7g} {method:<16} {scores} {seconds:>8.1f}", flush=True)
 
 
 def generators(batch, domain, true, one_way, epsilon, rho, seed, args, ref_aim_rounds):
-    """(method, fit) pairs: each fit runs one generator and returns its marginals' function."""
-    yield "aim", lambda: _model_marginals(aim(true, domain, rho=rho, rng=seed).model)
-    yield "mwem", lambda: mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model.marginal
-    if not args.no_reference:
+    """(method, fit) pairs: each fit runs one generator and returns it as a Fitted."""
+    references = set() if args.no_reference else set(args.references.split(","))
+    if not args.no_ours:
+        yield "aim", lambda: _ours(aim(true, domain, rho=rho, rng=seed).model)
+        yield "mwem", lambda: _ours(mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model)
+    if "mst" in references:
         yield "ref MST", lambda: reference(batch, domain, rho, "mst", None)
+    if "aim" in references:
         label = "ref AIM" if ref_aim_rounds is None else f"ref AIM T={ref_aim_rounds}"
         yield label, lambda: reference(batch, domain, rho, "aim", ref_aim_rounds)
-    yield "independent", lambda: independent_marginals(one_way, epsilon=epsilon, rng=seed)[0].marginal
-    yield "1,000 rows", lambda: sampled_rows(batch, domain, seed)
-
-
-def _model_marginals(model):
-    return lambda m: model.project(m) / model.total
+    if not args.no_ours:
+        yield "independent", lambda: _ours(independent_marginals(one_way, epsilon=epsilon, rng=seed)[0])
+        if batch.num_rows > 1000:  # else it would be the table itself
+            yield "1,000 rows", lambda: sampled_rows(batch, domain, seed)
 
 
 if __name__ == "__main__":
