@@ -201,14 +201,16 @@ def main(argv: list[str] | None = None) -> int:
 
     step = synthesis(numeric)  # its checks before any budget; built again with the released edges' grids
     family = step.family
-    specs = [domain_files.domain_spec(c, v) for c, v in described.items()] + flags.unit_specs(args)
-    files = job.check_input(args, specs)
 
-    delta = step.delta
-    cost = step.cost
+    def column_specs() -> list:  # each column read through its grid once the edges are released
+        return [domain_files.domain_spec(c, numeric.get(c, v)) for c, v in described.items()] + flags.unit_specs(args)
+
+    files = job.check_input(args, column_specs())
+
+    delta, cost = step.delta, step.cost
     if edges:
-        parts = [step.cost] + [e.cost for e in edges.values()]
-        cost = compose(parts, f"synthetic data by {args.method}, bin edges of {', '.join(edges)} by quantiles")
+        label = f"synthetic data by {args.method}, bin edges of {', '.join(edges)} by quantiles"
+        cost = compose([cost, *(e.cost for e in edges.values())], label)
     output = args.output
     labels = {c: v for c, v in described.items() if isinstance(v, tuple)}
     plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
@@ -226,8 +228,6 @@ def main(argv: list[str] | None = None) -> int:
             numeric[column] = private[column].grid(_released_quantiles(args, beam_args, files, spec, quantiles))
         if edges:  # the same checks as before the charge, passed then
             step = synthesis(numeric)
-            specs = [domain_files.domain_spec(c, numeric.get(c, v)) for c, v in described.items()]
-            specs += flags.unit_specs(args)
         stated = {c: g.manifest() | ({"edges_epsilon": edges[c].epsilon} if c in edges else {})
                   for c, g in numeric.items()}  # fmt: skip
         public = budget.release_manifest(
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         job.run_counting_job(
             args,
             beam_args,
-            job.CountingJob(files, specs, family, release),
+            job.CountingJob(files, column_specs(), family, release),
             write=lambda p: write_outputs(p, output, labels),
         )
     manifest = job.read_release(manifest_path(output))
