@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from headless_chromium import Elements, dom_after_load, image_counts, png_colours, require, screenshot
+from headless_chromium import Elements, dom_after_load, image_counts, png_colours, require
 from PIL import Image
 
 from pipelines import evaluation_report, svg_charts
@@ -155,11 +155,10 @@ def test_chromium_renders_the_report_with_every_image(evaluated, tmp_path):
     chromium = require()
     report, result = evaluated
     png = tmp_path / "report.png"
-    screenshot(chromium, report, png)
+    dom = dom_after_load(chromium, report, screenshot=png, size=(1200, 3000))
     with Image.open(png) as image:
         assert image.size == (1200, 3000)
     assert png_colours(png) > 50  # text, bars and heat maps, not a blank page
-    dom = dom_after_load(chromium, report)
     assert image_counts(dom) == (len(result["columns"]) + len(result["heat_maps"]), 0)
     assert_shows_the_json(dom, result)
 

@@ -51,18 +51,15 @@ def _run(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProces
     return run
 
 
-def screenshot(chromium: str, page: Path, png: Path, size: tuple[int, int] = (1200, 3000)) -> None:
-    """``page`` as Chromium draws it in a window of ``size``, to ``png``."""
-    _run(chromium, png.parent / "chromium-profile", f"--screenshot={png}", f"--window-size={size[0]},{size[1]}",
-         page.resolve().as_uri())  # fmt: skip
-
-
-def dom_after_load(chromium: str, page: Path) -> str:
-    """The DOM of a copy of ``page`` (beside it) with COUNT_IMAGES injected, after every image has loaded."""
+def dom_after_load(
+    chromium: str, page: Path, screenshot: Path | None = None, size: tuple[int, int] = (1200, 3000)
+) -> str:
+    """The DOM of a copy of ``page`` (beside it) with COUNT_IMAGES injected, once every image has loaded; with
+    ``screenshot``, the page as drawn in a window of ``size`` too, to that PNG (one Chromium run does both)."""
     checked = page.with_name(page.stem + ".checked.html")
-    html = page.read_text()
-    checked.write_text(html.replace("</body>", COUNT_IMAGES + "</body>", 1))
-    run = _run(chromium, page.parent / "chromium-profile", "--virtual-time-budget=10000", "--dump-dom",
+    checked.write_text(page.read_text().replace("</body>", COUNT_IMAGES + "</body>", 1))
+    shot = [f"--screenshot={screenshot}", f"--window-size={size[0]},{size[1]}"] if screenshot else []
+    run = _run(chromium, page.parent / "chromium-profile", *shot, "--virtual-time-budget=10000", "--dump-dom",
                checked.resolve().as_uri())  # fmt: skip
     return run.stdout
 
