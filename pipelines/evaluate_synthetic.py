@@ -1,13 +1,16 @@
 """Workload error of a synthetic table against the real one. NOT a release: it reads the real data.
 
     python -m pipelines.evaluate_synthetic REAL DOMAIN.json SYNTH [--degree 3] [--columns a,b,c]
+        [--json evaluation.json] [--report report.html]
 
 For every k-way marginal of the columns (default: all of the domain's columns; a numeric column
 counted by the bins of its grid, as synthesize counts it; private edges as SYNTH's manifest states
 them), both tables' counts are normalised to probabilities and compared in L1 (0 .. 2); prints the
 average and the largest over the workload: the AIM paper's workload error (McKenna et al. 2022),
-twice the total variation distance that Private-PGM's scripts print.
-Use it to judge a generator on data you may look at, never to publish.
+twice the total variation distance that Private-PGM's scripts print. ``--json`` writes the whole
+evaluation (``evaluation``: each marginal's error, each column's shares in both tables, the cells of the
+worst and a typical marginal), ``--report`` the same as one HTML page for the data owner
+(``evaluation_report``). Use it to judge a generator on data you may look at, never to publish.
 """
 
 from __future__ import annotations
@@ -138,25 +141,24 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
         ],
         "heat_maps": [],
         "heat_map_cells": HEAT_MAP_CELLS,
+        "marginals_too_large_to_draw": 0,
     }
-    drawable = [m for m in ranked if real_counts[m].size <= HEAT_MAP_CELLS] if degree >= 2 else []
-    result["marginals_too_large_to_draw"] = len(ranked) - len(drawable) if degree >= 2 else 0
-    if drawable:
-        picks = {"worst": drawable[0], "typical": drawable[len(drawable) // 2]}  # ranked worst first: the median
-        for role, m in picks.items():
-            if role == "typical" and m == picks["worst"]:
-                continue
-            result["heat_maps"].append(
-                {
-                    "role": role,
-                    "columns": list(m),
-                    "error": errors[m],
-                    "rank": ranked.index(m) + 1,
-                    "values": [labels[c] for c in m],
-                    "real": _probabilities(real_counts[m]),
-                    "synthetic": _probabilities(synthetic_counts[m]),
-                }
-            )
+    if degree >= 2:
+        drawable = [m for m in ranked if real_counts[m].size <= HEAT_MAP_CELLS]
+        result["marginals_too_large_to_draw"] = len(ranked) - len(drawable)
+        picks = dict.fromkeys(drawable[:1] + drawable[len(drawable) // 2 :][:1])  # worst first: then the median
+        result["heat_maps"] = [
+            {
+                "role": role,
+                "columns": list(m),
+                "error": errors[m],
+                "rank": ranked.index(m) + 1,
+                "values": [labels[c] for c in m],
+                "real": _probabilities(real_counts[m]),
+                "synthetic": _probabilities(synthetic_counts[m]),
+            }
+            for role, m in zip(("worst", "typical"), picks, strict=False)
+        ]
     return result
 
 

@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from headless_chromium import Elements, dom_after_load, image_counts, png_colours, require
 from PIL import Image
+from public_tables import csv_path, domain_path
 
-from pipelines import evaluation_report, svg_charts
+from pipelines import evaluate_synthetic, evaluation_report, svg_charts
 
 REGIONS = ["north", "south", "east", "<b>west</b> & co"]  # a label that must be escaped
 ODD = "c<i>'\" &"  # and a column name
@@ -175,3 +176,16 @@ def test_the_image_check_sees_a_broken_image(tmp_path):
 def test_a_blank_screenshot_has_one_colour(tmp_path):
     Image.new("RGB", (300, 200), "white").save(tmp_path / "blank.png")
     assert png_colours(tmp_path / "blank.png") == 1
+
+
+def test_heat_maps_are_drawn_among_the_marginals_small_enough(tmp_path):
+    """Titanic's Age (91 codes) x Fare (32) x Cabin (9) and Age x Fare x Sex (2) have more than HEAT_MAP_CELLS
+    cells: the worst and the typical marginal are chosen among the other two, and the page says so."""
+    lines = csv_path("titanic").read_text().splitlines()
+    (tmp_path / "synthetic.csv").write_text("\n".join(lines[:501]) + "\n")
+    real, domain, synthetic = str(csv_path("titanic")), str(domain_path("titanic")), str(tmp_path / "synthetic.csv")
+    result = evaluate_synthetic.evaluation(real, domain, synthetic, 3, ["Age", "Fare", "Cabin", "Sex"])
+    assert result["marginals_too_large_to_draw"] == 2
+    drawn = sorted(tuple(h["columns"]) for h in result["heat_maps"])
+    assert drawn == [("Age", "Cabin", "Sex"), ("Fare", "Cabin", "Sex")]
+    assert "2 larger ones are in the table only" in evaluation_report.render(result)
