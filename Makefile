@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 AIRFLOW_VENV := .venv-airflow
 
-.PHONY: demo test test-airflow audit audit-long audit-mutants bench clean
+.PHONY: demo test chromium test-airflow audit audit-long audit-mutants bench clean
 
 $(VENV)/.installed-%: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,10 +24,27 @@ $(VENV)/.installed-base: setup.py
 demo: $(VENV)/.installed-base
 	$(PY) -m pipelines.demo
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test chromium
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q -n auto --dist worksteal --durations=25 -m "not airflow" tests
+
+# evaluate_synthetic's report is rendered in headless Chromium by its test: Debian's chromium, installed when
+# missing and we are root with apt-get (CI: about 20 s); elsewhere that test skips, and says why.
+CHROMIUMS := chromium chromium-browser google-chrome headless_shell
+chromium:
+	@found=; for name in $(CHROMIUMS); do command -v $$name >/dev/null 2>&1 && found=$$name; done; \
+	if [ -z "$$found" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium with apt-get, for the report's rendering test"; \
+	    log=$$(mktemp); \
+	    if ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	          --no-install-recommends chromium) >$$log 2>&1; then cat $$log; rm -f $$log; exit 1; fi; \
+	    rm -f $$log; \
+	  else \
+	    echo "no chromium, and not root with apt-get: the report's rendering tests will skip"; \
+	  fi; \
+	fi
 
 # The privacy audit alone (it is part of `make test`), with its table of worst cases against bounds.
 audit: $(VENV)/.installed-test

@@ -1,13 +1,16 @@
 """Workload error of a synthetic table against the real one. NOT a release: it reads the real data.
 
     python -m pipelines.evaluate_synthetic REAL DOMAIN.json SYNTH [--degree 3] [--columns a,b,c]
+        [--json evaluation.json] [--report report.html]
 
 For every k-way marginal of the columns (default: all of the domain's columns; a numeric column
 counted by the bins of its grid, as synthesize counts it; private edges as SYNTH's manifest states
 them), both tables' counts are normalised to probabilities and compared in L1 (0 .. 2); prints the
 average and the largest over the workload: the AIM paper's workload error (McKenna et al. 2022),
-twice the total variation distance that Private-PGM's scripts print.
-Use it to judge a generator on data you may look at, never to publish.
+twice the total variation distance that Private-PGM's scripts print. ``--json`` writes the whole
+evaluation (``evaluation``: each marginal's error, each column's shares in both tables, the cells of the
+worst and a typical marginal), ``--report`` the same as one HTML page for the data owner
+(``evaluation_report``). Use it to judge a generator on data you may look at, never to publish.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import sys
 
 import numpy as np
 
-from beam_expmech.io import readers
+from beam_expmech.grids import NumericGrid
+from beam_expmech.io import readers, writers
 from beam_expmech.io.validation import REASON, MalformedRows, validate
 from beam_expmech.predicates import MarginalWorkload
-from pipelines import console, domain_files, flags, synthesize
+from pipelines import console, domain_files, evaluation_report, flags, synthesize
+
+NOTICE = "Evaluation against the real data \u2014 not a differentially private release; do not publish."
+HEAT_MAP_CELLS = 4096  # a marginal with more cells is in the error table only
 
 
 def workload_counts(path: str, workload: MarginalWorkload, domain: domain_files.Domain, domain_path: str) -> np.ndarray:
@@ -51,6 +58,116 @@ def workload_errors(real: dict, synthetic: dict) -> dict:
     return errors
 
 
+def bin_labels(value: int | tuple[str, ...] | NumericGrid) -> list[str]:
+    """What each code of a column stands for, as the report shows it: its label, its code, or its bin's range
+    (an integer grid's first to last integer, a float grid's [edge, next edge), the last closed)."""
+    if isinstance(value, int):
+        return [str(code) for code in range(value)]
+    if not isinstance(value, NumericGrid):
+        return list(value)
+    if value.integer:
+        first, last = (r.tolist() for r in value.integer_ranges)
+        return [f"{a}" if a == b else f"{a}\u2013{b}" for a, b in zip(first, last, strict=True)]
+    edges = [_number(e) for e in value.edges.tolist()]
+    return [f"[{a}, {b}{']' if i == value.bins - 1 else ')'}" for i, (a, b) in enumerate(itertools.pairwise(edges))]
+
+
+def _number(x: float) -> str:
+    """A bin edge, short: 17, 2.5, 0.3333."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:.4g}"
+
+
+def _probabilities(counts: np.ndarray) -> list:
+    return (counts / max(int(counts.sum()), 1)).tolist()
+
+
+def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, columns: list[str] | None = None) -> dict:
+    """The whole evaluation as one JSON-ready dict, what ``--json`` writes and ``--report`` draws: the workload's
+    errors (each marginal's, sorted from the worst, their average, median and max), each column's distribution in
+    both tables (probabilities, by code, with what each code stands for), and the worst and a typical (median
+    error) marginal's cells in both tables (for degree 2 or more, among the marginals of at most
+    HEAT_MAP_CELLS cells)."""
+    domain = domain_files.read_domain(domain_path)
+    if domain_files.private_grids(domain):  # their edges were released: the synthetic table's manifest states them
+        manifest = synthesize.manifest_path(synthetic)
+        try:
+            released = readers.read_json(manifest)
+        except (OSError, ValueError):
+            raise ValueError(
+                f"{domain_path} has private bin edges, stated in {manifest}, which cannot be read"
+            ) from None
+        domain = domain_files.with_released_edges(domain, released)
+    columns = columns or list(domain)
+    if not 1 <= degree <= len(columns):
+        raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")
+    marginals = list(itertools.combinations(columns, degree))
+    # One pass over each table counts the workload and every column's 1-way marginal together.
+    workload = MarginalWorkload(
+        list(dict.fromkeys([(c,) for c in columns] + marginals)), domain_files.domain_sizes(domain)
+    )
+    real_counts = workload.split(workload_counts(real, workload, domain, domain_path))
+    synthetic_counts = workload.split(workload_counts(synthetic, workload, domain, domain_path))
+    errors = workload_errors({m: real_counts[m] for m in marginals}, synthetic_counts)
+    ranked = sorted(marginals, key=lambda m: -errors[m])  # stable: ties keep the workload's order
+    labels = {c: bin_labels(v) for c, v in domain_files.with_input_types(domain, real, None, domain_path).items()}
+    values = list(errors.values())
+    result = {
+        "evaluation": NOTICE,
+        "real": real,
+        "synthetic": synthetic,
+        "domain": domain_path,
+        "degree": degree,
+        "rows": {
+            "real": int(real_counts[(columns[0],)].sum()),
+            "synthetic": int(synthetic_counts[(columns[0],)].sum()),
+        },
+        "workload": {
+            "marginals": len(values),
+            "average_error": float(np.mean(values)),
+            "median_error": float(np.median(values)),
+            "max_error": float(np.max(values)),
+        },
+        "errors": [{"columns": list(m), "error": errors[m]} for m in ranked],
+        "columns": [
+            {
+                "name": c,
+                "kind": _kind(domain[c]),
+                "values": labels[c],
+                "real": _probabilities(real_counts[(c,)]),
+                "synthetic": _probabilities(synthetic_counts[(c,)]),
+                "error": workload_errors({(c,): real_counts[(c,)]}, synthetic_counts)[(c,)],
+            }
+            for c in columns
+        ],
+        "heat_maps": [],
+        "heat_map_cells": HEAT_MAP_CELLS,
+        "marginals_too_large_to_draw": 0,
+    }
+    if degree >= 2:
+        drawable = [m for m in ranked if real_counts[m].size <= HEAT_MAP_CELLS]
+        result["marginals_too_large_to_draw"] = len(ranked) - len(drawable)
+        picks = dict.fromkeys(drawable[:1] + drawable[len(drawable) // 2 :][:1])  # worst first: then the median
+        result["heat_maps"] = [
+            {
+                "role": role,
+                "columns": list(m),
+                "error": errors[m],
+                "rank": ranked.index(m) + 1,
+                "values": [labels[c] for c in m],
+                "real": _probabilities(real_counts[m]),
+                "synthetic": _probabilities(synthetic_counts[m]),
+            }
+            for role, m in zip(("worst", "typical"), picks, strict=False)
+        ]
+    return result
+
+
+def _kind(value: int | tuple[str, ...] | NumericGrid) -> str:
+    if isinstance(value, NumericGrid):
+        return "numeric"
+    return "codes" if isinstance(value, int) else "labels"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = flags.ArgumentParser(prog="python -m pipelines.evaluate_synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("real")
@@ -58,27 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("synthetic")
     parser.add_argument("--degree", type=int, default=3)
     parser.add_argument("--columns", help="comma-separated (default: every column of the domain)")
+    parser.add_argument("--json", help="write the evaluation here as JSON (local or gs://; not a release)")
+    parser.add_argument("--report", help="write the evaluation here as one self-contained HTML page (not a release)")
     args = parser.parse_args(argv)
-    domain = domain_files.read_domain(args.domain)
-    if domain_files.private_grids(domain):  # their edges were released: the synthetic table's manifest states them
-        manifest = synthesize.manifest_path(args.synthetic)
-        try:
-            released = readers.read_json(manifest)
-        except (OSError, ValueError):
-            raise ValueError(
-                f"{args.domain} has private bin edges, stated in {manifest}, which cannot be read"
-            ) from None
-        domain = domain_files.with_released_edges(domain, released)
-    columns = args.columns.split(",") if args.columns else list(domain)
-    if not 1 <= args.degree <= len(columns):
-        raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")
-    workload = MarginalWorkload(list(itertools.combinations(columns, args.degree)), domain_files.domain_sizes(domain))
-    real = workload.split(workload_counts(args.real, workload, domain, args.domain))
-    synthetic = workload.split(workload_counts(args.synthetic, workload, domain, args.domain))
-    errors = list(workload_errors(real, synthetic).values())
+    result = evaluation(
+        args.real, args.domain, args.synthetic, args.degree, args.columns.split(",") if args.columns else None
+    )
+    if args.json:
+        writers.write_json(args.json, result)
+    if args.report:
+        writers.write_atomically(args.report, evaluation_report.render(result).encode())
+    workload = result["workload"]
     print(
-        f"{len(errors)} {args.degree}-way marginals: average L1 error {np.mean(errors):.4f}, max {np.max(errors):.4f} "
-        "(evaluation against the real data: not a release)"
+        f"{workload['marginals']} {args.degree}-way marginals: average L1 error {workload['average_error']:.4f}, "
+        f"max {workload['max_error']:.4f} (evaluation against the real data: not a release)"
     )
     return 0
 

@@ -1,0 +1,189 @@
+"""evaluate_synthetic's ``--report``: its evaluation (the dict that ``--json`` writes) as one self-contained HTML page.
+
+Drawn from that dict alone, so the page and the JSON hold the same numbers: the summary, each column's
+distribution in both tables, the worst and a typical marginal as heat maps, and the errors, worst first. Images
+are inline SVG (``data:`` URIs, no file beside the page, no script); every text from the inputs is escaped.
+Every number the page prints carries its exact value in a ``data-value`` attribute (tests compare them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from html import escape
+
+import numpy as np
+
+from pipelines import svg_charts
+
+TABLE_ROWS = 30  # the worst marginals listed one by one; the rest in one line
+
+STYLE = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; color: #222;
+       margin: 0 auto; max-width: 1180px; padding: 0 16px 40px; line-height: 1.4; }
+.notice { background: #b00020; color: #fff; font-weight: 600; padding: 12px 16px; margin: 0 -16px 16px;
+          font-size: 17px; }
+h1 { font-size: 24px; margin: 8px 0 4px; }
+h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.files { color: #555; margin: 0 0 12px; word-break: break-all; }
+code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
+.summary { display: flex; flex-wrap: wrap; gap: 10px; margin: 0; }
+.summary div { border: 1px solid #ddd; border-radius: 6px; padding: 8px 14px; min-width: 120px; }
+.summary dt { color: #555; font-size: 13px; }
+.summary dd { margin: 0; font-size: 22px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 12px; }
+figure { margin: 0; border: 1px solid #e3e3e3; border-radius: 6px; padding: 8px; }
+figcaption { font-size: 14px; margin-bottom: 4px; }
+figcaption .kind { color: #777; font-size: 12px; }
+img { display: block; max-width: 100%; height: auto; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: left; }
+th { border-bottom: 2px solid #ccc; }
+td.error { text-align: right; }
+td.bar { width: 220px; }
+td.bar div { background: #c44e52; height: 10px; }
+.note { color: #555; font-size: 14px; }
+"""
+
+
+def _number(value: float, *, id: str | None = None, tag: str = "span", cls: str | None = None) -> str:
+    """``value`` to 4 decimals, with its exact value in ``data-value``."""
+    attributes = (f' id="{id}"' if id else "") + (f' class="{cls}"' if cls else "")
+    return f'<{tag}{attributes} data-value="{value!r}">{value:.4f}</{tag}>'
+
+
+def _columns_attribute(columns: list[str]) -> str:
+    return escape(json.dumps(columns), quote=True)
+
+
+def _img(svg: str, alt: str) -> str:
+    return f'<img src="{svg_charts.data_uri(svg)}" alt="{escape(alt, quote=True)}">'
+
+
+def _summary(result: dict) -> str:
+    workload, rows = result["workload"], result["rows"]
+    degree = result["degree"]
+    items = [
+        ("real rows", f'<dd id="rows-real" data-value="{rows["real"]}">{rows["real"]:,}</dd>'),
+        ("synthetic rows", f'<dd id="rows-synthetic" data-value="{rows["synthetic"]}">{rows["synthetic"]:,}</dd>'),
+        (
+            f"{degree}-way marginals",
+            f'<dd id="marginals" data-value="{workload["marginals"]}">{workload["marginals"]:,}</dd>',
+        ),
+        ("average L1 error", _number(workload["average_error"], id="average-error", tag="dd")),
+        ("median L1 error", _number(workload["median_error"], id="median-error", tag="dd")),
+        ("max L1 error", _number(workload["max_error"], id="max-error", tag="dd")),
+    ]
+    return '<dl class="summary">' + "".join(f"<div><dt>{escape(t)}</dt>{d}</div>" for t, d in items) + "</dl>"
+
+
+def _column_figures(result: dict) -> str:
+    figures = []
+    for column in result["columns"]:
+        chart = svg_charts.bar_chart(column["values"], column["real"], column["synthetic"])
+        figures.append(
+            f'<figure class="column" data-column="{escape(column["name"], quote=True)}">'
+            f"<figcaption><b>{escape(column['name'])}</b> <span class=kind>({escape(column['kind'])}, "
+            f"{len(column['values'])} values)</span> \u00b7 L1 error {_number(column['error'], cls='error')}"
+            f"</figcaption>{_img(chart, 'the shares of ' + column['name'] + ' in the real and synthetic tables')}"
+            "</figure>"
+        )
+    return '<div class="grid">' + "".join(figures) + "</div>"
+
+
+def _heat_map_figure(heat_map: dict) -> str:
+    """Rows: the cells of every column but one, columns: the values of the column with the most (the x axis)."""
+    columns, values = heat_map["columns"], heat_map["values"]
+    real, synthetic = np.array(heat_map["real"], dtype=float), np.array(heat_map["synthetic"], dtype=float)
+    x = max(range(len(columns)), key=lambda i: (len(values[i]), i))
+    rest = [i for i in range(len(columns)) if i != x]
+    real, synthetic = (np.moveaxis(a, x, -1).reshape(-1, len(values[x])) for a in (real, synthetic))
+    row_labels = [" \u00b7 ".join(combo) for combo in itertools.product(*(values[i] for i in rest))] or [""]
+    y_title = " \u00b7 ".join(columns[i] for i in rest)
+    top = float(max(real.max(), synthetic.max()))
+    difference = synthetic - real
+    extent = float(np.abs(difference).max())
+    panels = [
+        svg_charts.Panel("real", real.tolist(), svg_charts.sequential(top), top),
+        svg_charts.Panel("synthetic", synthetic.tolist(), svg_charts.sequential(top), top),
+        svg_charts.Panel("synthetic \u2212 real", difference.tolist(), svg_charts.diverging(extent), extent, True),
+    ]
+    svg = svg_charts.heat_map(row_labels, values[x], panels, x_title=columns[x], y_title=y_title)
+    image = _img(svg, f"the shares of the cells of {', '.join(columns)} in the real and synthetic tables")
+    name = {"worst": "The worst marginal", "typical": "A typical marginal (the median error)"}[heat_map["role"]]
+    return (
+        f'<figure class="heat-map" data-role="{heat_map["role"]}" data-columns="{_columns_attribute(columns)}">'
+        f"<figcaption><b>{escape(name)}</b>: {escape(', '.join(columns))} \u00b7 L1 error "
+        f"{_number(heat_map['error'], cls='error')} \u00b7 rank {heat_map['rank']} of the workload \u00b7 shares "
+        f"in percent</figcaption>{image}</figure>"
+    )
+
+
+def _heat_maps(result: dict) -> str:
+    if result["degree"] < 2:
+        return '<p class="note">A 1-way workload: the columns above are its marginals.</p>'
+    parts = [_heat_map_figure(h) for h in result["heat_maps"]]
+    skipped = result["marginals_too_large_to_draw"]
+    if skipped:
+        parts.append(
+            f'<p class="note">Chosen among the marginals of at most {result["heat_map_cells"]:,} cells: '
+            f"{skipped:,} larger ones are in the table only.</p>"
+        )
+    return "".join(parts)
+
+
+def _error_table(result: dict) -> str:
+    errors, degree = result["errors"], result["degree"]
+    largest = max(e["error"] for e in errors) or 1.0
+    head = "".join(f"<th>column {i + 1}</th>" for i in range(degree))
+    rows = []
+    for rank, entry in enumerate(errors[:TABLE_ROWS], 1):
+        cells = "".join(f"<td>{escape(c)}</td>" for c in entry["columns"])
+        rows.append(
+            f'<tr class="marginal" data-columns="{_columns_attribute(entry["columns"])}"><td>{rank}</td>{cells}'
+            f"{_number(entry['error'], tag='td', cls='error')}"
+            f'<td class="bar"><div style="width: {100 * entry["error"] / largest:.1f}%"></div></td></tr>'
+        )
+    rest = errors[TABLE_ROWS:]
+    if rest:
+        values = [e["error"] for e in rest]
+        rows.append(
+            f'<tr class="rest"><td colspan="{degree + 3}">and {len(rest):,} more marginals, L1 errors from '
+            f"{_number(min(values), cls='rest-min')} to {_number(max(values), cls='rest-max')} "
+            f"(average {_number(float(np.mean(values)), cls='rest-average')})</td></tr>"
+        )
+    return (
+        f'<table id="errors-table"><thead><tr><th>rank</th>{head}<th>L1 error</th><th></th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def render(result: dict) -> str:
+    """The page: the notice, the summary, the columns' charts, the heat maps, the error table."""
+    degree = result["degree"]
+    files = " \u00b7 ".join(f"{name}: <code>{escape(result[name])}</code>" for name in ("real", "synthetic", "domain"))
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Evaluation of a synthetic table against the real data (not a release)</title>
+<style>{STYLE}</style>
+</head>
+<body>
+<div class="notice" id="notice">{escape(result["evaluation"])}</div>
+<h1>Synthetic data: evaluation against the real table</h1>
+<p class="files">{files}</p>
+{_summary(result)}
+<p class="note">Each marginal's L1 error is the sum over its cells of |real share \u2212 synthetic share|: 0 when
+the two tables agree, 2 when they share no cell (twice the total variation distance; McKenna et al. 2022).
+The workload is every {degree}-way marginal of the columns.</p>
+<h2>Columns: real and synthetic shares</h2>
+{_column_figures(result)}
+<h2>{degree}-way marginals as heat maps</h2>
+{_heat_maps(result)}
+<h2>The {degree}-way marginals' errors, worst first</h2>
+{_error_table(result)}
+</body>
+</html>
+"""

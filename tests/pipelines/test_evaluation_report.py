@@ -1,0 +1,191 @@
+"""evaluate_synthetic --report: the page shows the JSON's numbers, escapes what it quotes, and renders in headless
+Chromium (a screenshot that is not blank, no broken image). Without Chromium the rendering tests skip, or fail
+where the CI variable is set (make test installs Debian's chromium as root)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from headless_chromium import Elements, dom_after_load, image_counts, png_colours, require
+from PIL import Image
+from public_tables import csv_path, domain_path
+
+from pipelines import evaluate_synthetic, evaluation_report, svg_charts
+
+REGIONS = ["north", "south", "east", "<b>west</b> & co"]  # a label that must be escaped
+ODD = "c<i>'\" &"  # and a column name
+
+
+def write_tables(folder: Path) -> None:
+    """A real table (Parquet: labels, an integer column on a grid, a float one on a grid, codes) of 8 columns, and a
+    synthetic one drawn from its columns independently (the joint marginals then differ)."""
+    rng = np.random.default_rng(7)
+    n = 2_000
+    region = rng.integers(0, 4, n)
+    sex = rng.integers(0, 2, n)
+    real = {
+        "sex": np.array(["female", "male"])[sex],
+        "age": np.clip(rng.normal(35 + 10 * region, 12, n), 0, 99).astype(np.int64),
+        "region": np.array(REGIONS)[region],
+        "smoker": (rng.random(n) < 0.15 + 0.2 * sex).astype(np.int64),
+        "income": np.round(rng.gamma(2 + region, 10, n), 2),
+        "a": (region + rng.integers(0, 2, n)) % 3,
+        "b": rng.integers(0, 2, n),
+        ODD: (sex + rng.integers(0, 2, n)) % 2,
+    }
+    pq.write_table(pa.table(real), folder / "real.parquet")
+    synthetic = {c: v[rng.integers(0, n, 1_200)] for c, v in real.items()}
+    pq.write_table(pa.table(synthetic), folder / "synthetic.parquet")
+    domain = {"sex": ["female", "male"], "age": {"lower": 0, "upper": 100, "bins": 5}, "region": REGIONS,
+              "smoker": 2, "income": {"lower": 0, "upper": 120, "bins": 4}, "a": 3, "b": 2, ODD: 2}  # fmt: skip
+    (folder / "domain.json").write_text(json.dumps(domain))
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory) -> tuple[Path, dict]:
+    """The report and the JSON of one run of the command."""
+    folder = tmp_path_factory.mktemp("report")
+    write_tables(folder)
+    run = subprocess.run([sys.executable, "-m", "pipelines.evaluate_synthetic", str(folder / "real.parquet"),
+                          str(folder / "domain.json"), str(folder / "synthetic.parquet"), "--json",
+                          str(folder / "evaluation.json"), "--report", str(folder / "report.html")],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return folder / "report.html", json.loads((folder / "evaluation.json").read_text())
+
+
+def shown(element) -> tuple[float, str]:
+    return float(element.attrs["data-value"]), element.text.strip()
+
+
+def assert_shows_the_json(html: str, result: dict) -> None:
+    """Every number of the page, exact (its data-value) and as printed, is the JSON's."""
+    elements = Elements.of(html)
+    by_id = {e.attrs["id"]: e for e in elements if "id" in e.attrs}
+    workload = result["workload"]
+    for name in ("average_error", "median_error", "max_error"):
+        assert shown(by_id[name.replace("_", "-")]) == (workload[name], f"{workload[name]:.4f}")
+    assert by_id["marginals"].attrs["data-value"] == str(workload["marginals"])
+    for table in ("real", "synthetic"):
+        assert by_id[f"rows-{table}"].attrs["data-value"] == str(result["rows"][table])
+        assert by_id[f"rows-{table}"].text == f"{result['rows'][table]:,}"
+    assert by_id["notice"].text == result["evaluation"]
+    rows = [e for e in elements if e.tag == "tr" and "marginal" in e.classes()]
+    cells = [e for e in elements if e.tag == "td" and "error" in e.classes()]
+    assert len(rows) == len(cells) == min(evaluation_report.TABLE_ROWS, len(result["errors"]))
+    for row, cell, entry in zip(rows, cells, result["errors"], strict=False):
+        assert json.loads(row.attrs["data-columns"]) == entry["columns"] and cell.inside("tr", "marginal") is row
+        assert shown(cell) == (entry["error"], f"{entry['error']:.4f}")
+    rest = [e["error"] for e in result["errors"][evaluation_report.TABLE_ROWS :]]
+    for cls, value in (("rest-min", min(rest)), ("rest-max", max(rest)), ("rest-average", float(np.mean(rest)))):
+        (element,) = (e for e in elements if cls in e.classes())
+        assert shown(element) == (value, f"{value:.4f}")
+    figures = [e for e in elements if e.tag == "figure" and "column" in e.classes()]
+    assert [f.attrs["data-column"] for f in figures] == [c["name"] for c in result["columns"]]
+    errors = [e for e in elements if "error" in e.classes() and e.inside("figure", "column")]
+    assert [shown(e) for e in errors] == [(c["error"], f"{c['error']:.4f}") for c in result["columns"]]
+    maps = [e for e in elements if e.tag == "figure" and "heat-map" in e.classes()]
+    assert [(m.attrs["data-role"], json.loads(m.attrs["data-columns"])) for m in maps] == [
+        (h["role"], h["columns"]) for h in result["heat_maps"]
+    ]
+    errors = [e for e in elements if "error" in e.classes() and e.inside("figure", "heat-map")]
+    assert [shown(e) for e in errors] == [(h["error"], f"{h['error']:.4f}") for h in result["heat_maps"]]
+
+
+def test_the_json_holds_the_workload_and_the_columns(evaluated):
+    _, result = evaluated
+    assert (
+        result["evaluation"].startswith("Evaluation against the real data") and "do not publish" in result["evaluation"]
+    )
+    assert result["workload"]["marginals"] == len(result["errors"]) == 56  # 8 choose 3
+    errors = [e["error"] for e in result["errors"]]
+    assert errors == sorted(errors, reverse=True) and result["workload"]["max_error"] == errors[0]
+    assert result["workload"]["average_error"] == pytest.approx(np.mean(errors), abs=1e-15)
+    columns = {c["name"]: c for c in result["columns"]}
+    assert columns["region"]["values"] == REGIONS and columns["region"]["kind"] == "labels"
+    assert columns["age"]["values"] == ["0\u201319", "20\u201339", "40\u201359", "60\u201379", "80\u2013100"]
+    assert columns["income"]["values"] == ["[0, 30)", "[30, 60)", "[60, 90)", "[90, 120]"]
+    assert columns["b"]["values"] == ["0", "1"] and columns["b"]["kind"] == "codes"
+    for column in result["columns"]:
+        assert sum(column["real"]) == pytest.approx(1) and sum(column["synthetic"]) == pytest.approx(1)
+        p, q = np.array(column["real"]), np.array(column["synthetic"])
+        assert column["error"] == pytest.approx(np.abs(p - q).sum())
+    assert [h["role"] for h in result["heat_maps"]] == ["worst", "typical"]
+    assert result["heat_maps"][0]["columns"] == result["errors"][0]["columns"]
+    assert result["heat_maps"][1]["rank"] == 29  # the median of 56, worst first
+    (real, synthetic) = (pa.table(pq.read_table(evaluated[0].with_name(f"{t}.parquet"))) for t in ("real", "synthetic"))
+    assert result["rows"] == {"real": real.num_rows, "synthetic": synthetic.num_rows}
+
+
+def test_the_page_shows_the_json_s_numbers_and_escapes_labels(evaluated):
+    report, result = evaluated
+    html = report.read_text()
+    assert_shows_the_json(html, result)
+    assert "<script" not in html.lower() and "<i>" not in html  # nothing runs: a page to read
+    elements = Elements.of(html)
+    assert any(e.text == ODD for e in elements if e.tag == "td")  # the column name, escaped and read back
+    images = [e.attrs["src"] for e in elements if e.tag == "img"]
+    assert len(images) == len(result["columns"]) + len(result["heat_maps"]) == 10
+    texts = set()
+    for src in images:
+        assert src.startswith("data:image/svg+xml;base64,")
+        svg = ElementTree.fromstring(base64.b64decode(src.split(",", 1)[1]))  # well-formed: its texts escaped
+        assert svg.get("width") and svg.get("height")  # a natural size for the <img>
+        texts |= {t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")}
+    assert REGIONS[3] in texts
+
+
+def test_the_number_check_sees_a_wrong_number(evaluated):
+    report, result = evaluated
+    wrong = json.loads(json.dumps(result))
+    wrong["errors"][3]["error"] += 1e-9
+    with pytest.raises(AssertionError):
+        assert_shows_the_json(report.read_text(), wrong)
+
+
+def test_chromium_renders_the_report_with_every_image(evaluated, tmp_path):
+    chromium = require()
+    report, result = evaluated
+    png = tmp_path / "report.png"
+    dom = dom_after_load(chromium, report, screenshot=png, size=(1200, 3000))
+    with Image.open(png) as image:
+        assert image.size == (1200, 3000)
+    assert png_colours(png) > 50  # text, bars and heat maps, not a blank page
+    assert image_counts(dom) == (len(result["columns"]) + len(result["heat_maps"]), 0)
+    assert_shows_the_json(dom, result)
+
+
+def test_the_image_check_sees_a_broken_image(tmp_path):
+    chromium = require()
+    good = svg_charts.data_uri(svg_charts.bar_chart(["a", "b"], [0.5, 0.5], [0.25, 0.75]))
+    broken = good[:-40] + "not base64 at all"
+    page = tmp_path / "page.html"
+    page.write_text(f'<!DOCTYPE html><html><body><img src="{good}"><img src="{broken}"></body></html>')
+    assert image_counts(dom_after_load(chromium, page)) == (2, 1)
+
+
+def test_a_blank_screenshot_has_one_colour(tmp_path):
+    Image.new("RGB", (300, 200), "white").save(tmp_path / "blank.png")
+    assert png_colours(tmp_path / "blank.png") == 1
+
+
+def test_heat_maps_are_drawn_among_the_marginals_small_enough(tmp_path):
+    """Titanic's Age (91 codes) x Fare (32) x Cabin (9) and Age x Fare x Sex (2) have more than HEAT_MAP_CELLS
+    cells: the worst and the typical marginal are chosen among the other two, and the page says so."""
+    lines = csv_path("titanic").read_text().splitlines()
+    (tmp_path / "synthetic.csv").write_text("\n".join(lines[:501]) + "\n")
+    real, domain, synthetic = str(csv_path("titanic")), str(domain_path("titanic")), str(tmp_path / "synthetic.csv")
+    result = evaluate_synthetic.evaluation(real, domain, synthetic, 3, ["Age", "Fare", "Cabin", "Sex"])
+    assert result["marginals_too_large_to_draw"] == 2
+    drawn = sorted(tuple(h["columns"]) for h in result["heat_maps"])
+    assert drawn == [("Age", "Cabin", "Sex"), ("Fare", "Cabin", "Sex")]
+    assert "2 larger ones are in the table only" in evaluation_report.render(result)
