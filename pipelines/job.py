@@ -81,13 +81,16 @@ class CountingJob:
     shard_size: int = DEFAULT_SHARD_SIZE
 
     def bounding(self, args: argparse.Namespace) -> beam.PTransform:
-        """col: RecordBatch -> col: RecordBatch: at most --max-rows-per-unit rows per --privacy-unit."""
-        return BoundContributions(args.privacy_unit, args.max_rows_per_unit, seed=args.seed, shards=shards(self.files),
-                                  keep_unit=False)  # fmt: skip
+        """col: RecordBatch -> col: RecordBatch: the rows the family counts, as it carries them (``compact_rows``:
+        a public function of each row), at most --max-rows-per-unit of them per --privacy-unit."""
+        return beam.Map(self.family.compact_rows) | BoundContributions(
+            args.privacy_unit, args.max_rows_per_unit, seed=args.seed, shards=shards(self.files), keep_unit=False
+        )
 
     def counting(self, args: argparse.Namespace) -> beam.PTransform:
-        """col: RecordBatch -> col: (candidate shard, counts)."""
-        return PredicateCounts(self.family, shard_size=self.shard_size)
+        """col: RecordBatch (bounded: compacted) -> col: (candidate shard, counts)."""
+        family = self.family.compacted if args.privacy_unit else self.family
+        return PredicateCounts(family, shard_size=self.shard_size)
 
 
 @dataclass(frozen=True)

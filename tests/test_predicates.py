@@ -7,7 +7,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from beam_expmech.predicates import CategoryCounts, ExpressionCounts, HistogramCounts, MarginalCounts
+from beam_expmech.predicates import (
+    CANDIDATE,
+    CategoryCounts,
+    ExpressionCounts,
+    HistogramCounts,
+    MarginalCounts,
+    MarginalWorkload,
+)
 
 
 @pytest.fixture
@@ -55,6 +62,38 @@ def test_expression_counts(batch):
     x, y, s = batch.column("x").to_numpy(), batch.column("y").to_numpy(), np.array(batch.column("s").to_pylist())
     assert family.count(batch).tolist() == [int((x > 3).sum()), int(((s == "red") & (y == 1)).sum())]
     assert family.labels([1]) == ["red1"]
+
+
+@pytest.mark.parametrize(
+    "family,kind",
+    [
+        (CategoryCounts("x", range(0, 5)), np.int8),  # x in -2..7: some rows in no candidate
+        (CategoryCounts("s", ["blue", "red", "gold"]), np.int8),
+        (CategoryCounts("x", range(-1000, 1000)), np.int16),
+        (HistogramCounts("x", 0.0, 4.0, 200), np.int16),  # clamped: every row counts
+        (MarginalCounts(["x", "y"], [4, 3]), np.int8),
+    ],
+    ids=["range", "labels", "wide range", "histogram", "marginal"],
+)
+def test_compact_rows_count_as_the_rows_they_came_from(batch, family, kind):
+    """What bounding carries: the rows in some candidate, each as its candidate's index alone, which the
+    compacted family counts as the family counts the originals; other columns (the unit) stay."""
+    batch = batch.append_column("unit", pa.array(np.arange(batch.num_rows)))
+    compact = family.compact_rows(batch)
+    counted = family.candidate_of(batch) >= 0
+    assert compact.schema.names == [c for c in batch.schema.names if c not in family.columns] + [CANDIDATE]
+    assert compact.column(CANDIDATE).type == pa.from_numpy_dtype(kind)
+    assert compact.column("unit").to_pylist() == np.flatnonzero(counted).tolist()
+    assert np.array_equal(family.compacted.count(compact), family.count(batch))
+    indices, _ = family.compacted.sparse_count(compact)
+    assert np.array_equal(indices, np.flatnonzero(family.count(batch)))
+    assert family.compacted.labels([0, 1]) == family.labels([0, 1])
+    assert (family.compacted.contribution, family.compacted.monotonic) == (family.contribution, family.monotonic)
+
+
+def test_families_of_several_candidates_a_row_carry_their_rows_as_they_are(batch):
+    family = MarginalWorkload([("x", "y"), ("y",)], {"x": 4, "y": 3})
+    assert family.compact_rows(batch) is batch and family.compacted is family
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import pickle
 
+import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from beam_data import purchases, write
 from commands import assert_usage_error
 
 from beam_expmech.manifest import FIXED_FIELDS
-from pipelines import select
+from pipelines import job, select
+from pipelines.flags import unit_specs
 
 RELEASE_KEYS = {"selected", *FIXED_FIELDS, "sensitivity", "monotonic", "num_candidates", "top_k"}
 
@@ -145,3 +150,30 @@ def test_gs_input_and_output(tmp_path, gcs_emulator):
     release = json.loads(bucket.blob("out/release.json").download_as_text())
     assert release["selected"] == true_top(table, 2)
     assert bucket.blob("out/release.dead_letter.csv").exists()
+
+
+@pytest.mark.parametrize("candidates", ["range", "labels"])
+def test_a_units_rows_are_spent_on_rows_that_count(tmp_path, candidates):
+    """Rows of no candidate are left out before bounding (a public test of each row, as PipelineDP drops
+    rows outside public partitions): each user's K = 2 rows are then its 2 rows of a candidate, not 2 of
+    its 22 rows, 20 of which count for nothing."""
+    users = np.repeat(np.arange(60), 22)
+    items = np.where(np.arange(users.size) % 22 < 2, users % 50, 50 + users % 7)  # 2 rows in 0..49, 20 beyond
+    pq.write_table(pa.table({"user_id": users, "item": items if candidates == "range" else items.astype(str)}),
+                   tmp_path / "data.parquet")  # fmt: skip
+    (tmp_path / "candidates.txt").write_text("\n".join(str(i) for i in range(50)))
+    chosen = ["--candidate-range", "0:50"]
+    if candidates == "labels":
+        chosen = ["--candidates", str(tmp_path / "candidates.txt")]
+    args, beam_args = select.parse_args(["--input", str(tmp_path / "data.parquet"), "--column", "item", *chosen,
+                                         "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "1",
+                                         "--output", str(tmp_path / "r.json")])  # fmt: skip
+    family, spec = select.candidate_family(args)
+    specs = [spec, *unit_specs(args)]
+    captured = tmp_path / "counts.pickle"
+    job.counting_pipeline(
+        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, beam.combiners.ToList()),
+        lambda shards: captured.write_bytes(pickle.dumps(shards)),
+    ).run().wait_until_finish()  # fmt: skip
+    ((_, counts),) = pickle.loads(captured.read_bytes())
+    assert counts.tolist() == (2 * np.bincount(np.arange(60) % 50, minlength=50)).tolist()
