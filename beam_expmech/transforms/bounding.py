@@ -198,32 +198,31 @@ def _lowest(hashes: np.ndarray, priorities: np.ndarray, k: int, units: pa.Chunke
         return _lowest_exact(hashes, priorities, k, units)
     low = hashes.min()
     shift = np.uint64(max(0, int(hashes.max() - low).bit_length() - hash_bits))
-    top = (priorities >> np.uint32(32 - _PRIORITY_BITS)).astype(np.uint64)
-    words = np.sort(
-        (((hashes - low) >> shift) << np.uint64(_PRIORITY_BITS + index_bits))
-        | (top << np.uint64(index_bits))
-        | np.arange(n, dtype=np.uint64)
-    )
-    order = (words & np.uint64((1 << index_bits) - 1)).astype(np.intp)
+    words = ((hashes - low) >> shift) << np.uint64(_PRIORITY_BITS + index_bits)
+    words |= (priorities >> np.uint32(32 - _PRIORITY_BITS)).astype(np.uint64) << np.uint64(index_bits)
+    words |= np.arange(n, dtype=np.uint64)
+    words.sort()
     group = words >> np.uint64(_PRIORITY_BITS + index_bits)
-    new = np.empty(n, bool)
-    new[0] = True
-    np.not_equal(group[1:], group[:-1], out=new[1:])
+    kept = np.ones(n, bool)  # a row is among its group's first k when the row k before it is of another group
+    np.not_equal(group[k:], group[:-k], out=kept[k:])
+    order = (words & np.uint64((1 << index_bits) - 1)).astype(np.intp)
     grouped = hashes[order]
-    if np.any(~new[1:] & (grouped[1:] != grouped[:-1])) or _units_differ(units, order, new):
+    # Equal hashes share their word's bits: as many runs of hashes as of groups, unless two units share a group.
+    if np.count_nonzero(grouped[1:] != grouped[:-1]) != np.count_nonzero(group[1:] != group[:-1]):
         return _lowest_exact(hashes, priorities, k, units)  # two units share the hash's kept bits
-    rank = _ranks_from(new)
-    boundary = np.flatnonzero(rank[1:] == k) + 1  # the first row past a unit's threshold
+    if units is not None and _units_differ(units, order, group):
+        return _lowest_exact(hashes, priorities, k, units)  # two text units of one hash
+    boundary = np.flatnonzero(kept[:-1] & ~kept[1:]) + 1  # the first row past a unit's threshold
     if boundary.size and np.any((words[boundary] ^ words[boundary - 1]) >> np.uint64(index_bits) == 0):
         return _lowest_exact(hashes, priorities, k, units)  # priorities tie at a threshold in their top bits
-    return order[rank < k]
+    return order[kept]
 
 
-def _units_differ(units: pa.ChunkedArray | None, order: np.ndarray, new: np.ndarray) -> bool:
-    """Whether two rows grouped together (equal hash) hold different text units."""
-    if units is None or new.all():
+def _units_differ(units: pa.ChunkedArray, order: np.ndarray, group: np.ndarray) -> bool:
+    """Whether two rows grouped together (``group``, sorted, of the rows ``order``) hold different text units."""
+    same = np.flatnonzero(group[1:] == group[:-1])  # row same + 1 continues the group of row same
+    if not same.size:
         return False
-    same = np.flatnonzero(~new[1:])  # row same + 1 continues the group of row same
     text = canonical_identity(units.combine_chunks())
     return not pc.all(pc.equal(text.take(order[same]), text.take(order[same + 1]))).as_py()
 

@@ -166,8 +166,8 @@ MUTANTS = [
     Mutant(
         "bounding keeps K + 1 rows of a unit where it ranks by one sort",
         "beam_expmech/transforms/bounding.py",
-        "    return order[rank < k]",
-        "    return order[rank <= k]",
+        "    np.not_equal(group[k:], group[:-k], out=kept[k:])",
+        "    np.not_equal(group[k + 1 :], group[: -k - 1], out=kept[k + 1 :])",
         ("tests/transforms/test_bounding.py::test_no_unit_contributes_more_than_k_rows",),
     ),
     Mutant(
@@ -198,8 +198,8 @@ MUTANTS = [
     Mutant(
         "bounding takes two units for one where they share the hash bits of its sort word",
         "beam_expmech/transforms/bounding.py",
-        "    if np.any(~new[1:] & (grouped[1:] != grouped[:-1])) or _units_differ(units, order, new):",
-        "    if _units_differ(units, order, new):",
+        "    if np.count_nonzero(grouped[1:] != grouped[:-1]) != np.count_nonzero(group[1:] != group[:-1]):",
+        "    if False:",
         ("tests/transforms/test_bounding.py::test_lowest_tells_apart_units_a_bit_apart_among_hashes_far_apart",),
     ),
     Mutant(
@@ -212,8 +212,8 @@ MUTANTS = [
     Mutant(
         "two text units of one hash bounded as one (their rows are not compared)",
         "beam_expmech/transforms/bounding.py",
-        "    if units is None or new.all():",
-        "    if True:",
+        "    if units is not None and _units_differ(units, order, group):",
+        "    if False:",
         ("tests/transforms/test_bounding.py::test_text_units_of_one_hash_are_still_two_units",),
     ),
     Mutant(
