@@ -22,7 +22,7 @@ from beam_expmech.io.errors import InputError, first_line
 from beam_expmech.io.validation import MalformedRows, type_family
 
 FORMATS = ("parquet", "csv", "avro")
-BATCH_ROWS = 65_536
+BATCH_ROWS = 262_144
 _SIZES: dict[str, int] = {}  # each file match_files found, with its size (see total_size)
 
 
