@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 CANDIDATE = "__candidate"  # the column of candidate indices that compact_rows makes
+_JOINT_CELLS = 1 << 15  # a workload whose columns' joint domain is this small carries each row as its joint cell
 
 
 class PredicateFamily:
@@ -80,14 +81,20 @@ class _OneCandidatePerRow(PredicateFamily):
         CANDIDATE, in the narrowest integer type): 2 bytes a row for up to 32,768 candidates, where a text
         or number column takes 8 or more. Bounding after it spends a unit's K rows on rows that count."""
         codes = self.candidate_of(batch)
-        kind = next(t for t in (np.int8, np.int16, np.int32, np.int64) if self.num_candidates <= np.iinfo(t).max)
-        batch = batch.drop_columns(list(self.columns)).append_column(CANDIDATE, pa.array(codes.astype(kind)))
+        batch = _with_candidates(batch, self.columns, codes, self.num_candidates)
         counted = codes >= 0
         return batch if counted.all() else batch.filter(pa.array(counted))
 
     @property
     def compacted(self) -> PredicateFamily:
         return CandidateIndex(self)
+
+
+def _with_candidates(batch: pa.RecordBatch, columns: Sequence[str], codes: np.ndarray, size: int) -> pa.RecordBatch:
+    """The batch with ``columns`` replaced by ``codes`` (in 0 .. size - 1, or -1), column CANDIDATE, in the
+    narrowest integer type that holds them."""
+    kind = next(t for t in (np.int8, np.int16, np.int32, np.int64) if size <= np.iinfo(t).max)
+    return batch.drop_columns(list(columns)).append_column(CANDIDATE, pa.array(codes.astype(kind)))
 
 
 class CandidateIndex(_OneCandidatePerRow):
@@ -250,6 +257,8 @@ class MarginalWorkload(PredicateFamily):
         self.offsets = np.cumsum([0] + [p.num_candidates for p in self.parts])
         self.columns = tuple(dict.fromkeys(c for m in self.marginals for c in m))
         self.num_candidates = int(self.offsets[-1])
+        joint = math.prod(domain[c] for c in self.columns)
+        self.joint = MarginalCounts(self.columns, [domain[c] for c in self.columns]) if joint <= _JOINT_CELLS else None
 
     def labels(self, indices: Sequence[int]) -> list[str]:
         labels = []
@@ -261,9 +270,50 @@ class MarginalWorkload(PredicateFamily):
     def count(self, batch: pa.RecordBatch) -> np.ndarray:
         return np.concatenate([part.count(batch) for part in self.parts])
 
+    def compact_rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Where the columns' joint domain is small (at most _JOINT_CELLS cells), each row as its joint cell
+        alone (column CANDIDATE): every marginal's cell is a function of it. A value outside its column's
+        domain (which validation sends to the dead letter) is an error: it counts in some marginals only."""
+        if self.joint is None:
+            return batch
+        cells = self.joint.candidate_of(batch)
+        if np.any(cells < 0):
+            raise ValueError("a value outside its column's domain: validate the rows against the domain first")
+        return _with_candidates(batch, self.columns, cells, self.joint.num_candidates)
+
+    @property
+    def compacted(self) -> PredicateFamily:
+        return self if self.joint is None else JointCellWorkload(self)
+
     def split(self, counts: np.ndarray) -> dict[tuple[str, ...], np.ndarray]:
         """The summed vector as {marginal: counts shaped by the marginal's domains}."""
         return {
             m: counts[self.offsets[i] : self.offsets[i + 1]].reshape(part.domains)
             for i, (m, part) in enumerate(zip(self.marginals, self.parts, strict=True))
         }
+
+
+class JointCellWorkload(PredicateFamily):
+    """``workload``'s counts from the rows its ``compact_rows`` made (each row's joint cell over all the
+    workload's columns, column CANDIDATE): one histogram of the joint cells a batch, each marginal a sum
+    of it over the other columns. Same candidates, labels and contribution as ``workload``."""
+
+    def __init__(self, workload: MarginalWorkload):
+        self.workload, self.joint = workload, workload.joint
+        self.columns = (CANDIDATE,)
+        self.num_candidates = workload.num_candidates
+        self.contribution, self.monotonic = workload.contribution, workload.monotonic
+
+    def labels(self, indices: Sequence[int]) -> list[str]:
+        return self.workload.labels(indices)
+
+    def count(self, batch: pa.RecordBatch) -> np.ndarray:
+        cells = batch.column(CANDIDATE).to_numpy(zero_copy_only=False).astype(np.int64)
+        joint = np.bincount(cells, minlength=self.joint.num_candidates).reshape(self.joint.domains)
+        columns = self.joint.columns
+        counts = []
+        for marginal in self.workload.marginals:
+            summed = joint.sum(axis=tuple(i for i, c in enumerate(columns) if c not in marginal))
+            kept = [c for c in columns if c in marginal]  # the axes left, in the joint's order
+            counts.append(np.transpose(summed, [kept.index(c) for c in marginal]).ravel())
+        return np.concatenate(counts).astype(np.int64)

@@ -91,8 +91,23 @@ def test_compact_rows_count_as_the_rows_they_came_from(batch, family, kind):
     assert (family.compacted.contribution, family.compacted.monotonic) == (family.contribution, family.monotonic)
 
 
-def test_families_of_several_candidates_a_row_carry_their_rows_as_they_are(batch):
-    family = MarginalWorkload([("x", "y"), ("y",)], {"x": 4, "y": 3})
+def test_a_workload_carries_each_row_as_its_joint_cell_where_the_joint_domain_is_small():
+    """Marginals in another column order than the joint cell's (the transpose), a 1-way, and a 3-way."""
+    rng = np.random.default_rng(1)
+    batch = pa.record_batch({"x": rng.integers(0, 4, 3000), "y": rng.integers(0, 3, 3000),
+                             "z": rng.integers(0, 5, 3000), "unit": np.arange(3000)})  # fmt: skip
+    family = MarginalWorkload([("y", "x"), ("z",), ("z", "x", "y")], {"x": 4, "y": 3, "z": 5})
+    compact = family.compact_rows(batch)
+    assert compact.schema.names == ["unit", CANDIDATE] and compact.column(CANDIDATE).type == pa.int8()
+    assert np.array_equal(family.compacted.count(compact), family.count(batch))
+    assert family.compacted.labels([0, 12]) == family.labels([0, 12])
+    outside = pa.record_batch({"x": [4], "y": [0], "z": [0]})  # validation sends such a row to the dead letter
+    with pytest.raises(ValueError, match="outside its column's domain"):
+        family.compact_rows(outside)
+
+
+def test_a_workload_of_a_large_joint_domain_carries_its_rows_as_they_are(batch):
+    family = MarginalWorkload([("x", "y")], {"x": 1 << 10, "y": 1 << 10})
     assert family.compact_rows(batch) is batch and family.compacted is family
 
 
