@@ -257,7 +257,9 @@ def _text_units(table: pa.Table, unit_column: str) -> pa.ChunkedArray | None:
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).combine_chunks().to_numpy(zero_copy_only=False)
+    """The column as numpy, read-only; without a copy where it is one chunk (combine_chunks copies even then)."""
+    column = table.column(name)
+    return (column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()).to_numpy(zero_copy_only=False)
 
 
 def keep_lowest_keys(
