@@ -81,9 +81,10 @@ class _OneCandidatePerRow(PredicateFamily):
         CANDIDATE, in the narrowest integer type): 2 bytes a row for up to 32,768 candidates, where a text
         or number column takes 8 or more. Bounding after it spends a unit's K rows on rows that count."""
         codes = self.candidate_of(batch)
-        batch = _with_candidates(batch, self.columns, codes, self.num_candidates)
         counted = codes >= 0
-        return batch if counted.all() else batch.filter(pa.array(counted))
+        if not counted.all():
+            batch, codes = batch.filter(pa.array(counted)), codes[counted]
+        return _with_candidates(batch, self.columns, codes, self.num_candidates)
 
     @property
     def compacted(self) -> PredicateFamily:
@@ -91,9 +92,9 @@ class _OneCandidatePerRow(PredicateFamily):
 
 
 def _with_candidates(batch: pa.RecordBatch, columns: Sequence[str], codes: np.ndarray, size: int) -> pa.RecordBatch:
-    """The batch with ``columns`` replaced by ``codes`` (in 0 .. size - 1, or -1), column CANDIDATE, in the
-    narrowest integer type that holds them."""
-    kind = next(t for t in (np.int8, np.int16, np.int32, np.int64) if size <= np.iinfo(t).max)
+    """The batch with ``columns`` replaced by ``codes`` (each in 0 .. size - 1), column CANDIDATE, in the
+    narrowest unsigned integer type that holds them (2^16 bins: 2 bytes)."""
+    kind = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if size - 1 <= np.iinfo(t).max)
     return batch.drop_columns(list(columns)).append_column(CANDIDATE, pa.array(codes.astype(kind)))
 
 

@@ -67,13 +67,15 @@ def test_expression_counts(batch):
 @pytest.mark.parametrize(
     "family,kind",
     [
-        (CategoryCounts("x", range(0, 5)), np.int8),  # x in -2..7: some rows in no candidate
-        (CategoryCounts("s", ["blue", "red", "gold"]), np.int8),
-        (CategoryCounts("x", range(-1000, 1000)), np.int16),
-        (HistogramCounts("x", 0.0, 4.0, 200), np.int16),  # clamped: every row counts
-        (MarginalCounts(["x", "y"], [4, 3]), np.int8),
+        (CategoryCounts("x", range(0, 5)), np.uint8),  # x in -2..7: some rows in no candidate
+        (CategoryCounts("s", ["blue", "red", "gold"]), np.uint8),
+        (CategoryCounts("x", range(-2, 254)), np.uint8),  # 256 candidates: indices up to 255
+        (CategoryCounts("x", range(-2, 255)), np.uint16),
+        (CategoryCounts("x", range(-1000, 1000)), np.uint16),
+        (HistogramCounts("x", 0.0, 4.0, 1 << 16), np.uint16),  # clamped: every row counts; 2^16 bins in 2 bytes
+        (MarginalCounts(["x", "y"], [4, 3]), np.uint8),
     ],
-    ids=["range", "labels", "wide range", "histogram", "marginal"],
+    ids=["range", "labels", "256", "257", "wide range", "histogram", "marginal"],
 )
 def test_compact_rows_count_as_the_rows_they_came_from(batch, family, kind):
     """What bounding carries: the rows in some candidate, each as its candidate's index alone, which the
@@ -98,7 +100,7 @@ def test_a_workload_carries_each_row_as_its_joint_cell_where_the_joint_domain_is
                              "z": rng.integers(0, 5, 3000), "unit": np.arange(3000)})  # fmt: skip
     family = MarginalWorkload([("y", "x"), ("z",), ("z", "x", "y")], {"x": 4, "y": 3, "z": 5})
     compact = family.compact_rows(batch)
-    assert compact.schema.names == ["unit", CANDIDATE] and compact.column(CANDIDATE).type == pa.int8()
+    assert compact.schema.names == ["unit", CANDIDATE] and compact.column(CANDIDATE).type == pa.uint8()
     assert np.array_equal(family.compacted.count(compact), family.count(batch))
     assert family.compacted.labels([0, 12]) == family.labels([0, 12])
     outside = pa.record_batch({"x": [4], "y": [0], "z": [0]})  # validation sends such a row to the dead letter
