@@ -157,7 +157,7 @@ class PrivacyBudget:
         return min(basic, approximate + (zcdp_to_epsilon(math.fsum(rhos), delta=slack) if rhos else 0.0))
 
 
-@functools.lru_cache(maxsize=256)  # a pure function of two floats, asked for again and again by a bisection and a job
+@functools.lru_cache(maxsize=256, typed=True)  # a pure function, asked for again and again by a bisection
 def zcdp_to_epsilon(rho: float, *, delta: float) -> float:
     """The epsilon of (epsilon, delta)-DP implied by rho-zCDP (dp-accounting's RDP conversion)."""
     # Imported here: dp-accounting pulls in scipy (0.8 s), which pure-DP runs never need.
@@ -171,7 +171,7 @@ def zcdp_to_epsilon(rho: float, *, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
-@functools.lru_cache(maxsize=64)  # 35 conversions a call: a job asks for its rho more than once
+@functools.lru_cache(maxsize=64, typed=True)  # 35 conversions a call: a job asks for its rho more than once
 def epsilon_to_zcdp(epsilon: float, *, delta: float) -> float:
     """The largest rho (to 1e-9 relative) whose rho-zCDP guarantee converts to (epsilon, delta)-DP.
 

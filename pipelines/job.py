@@ -48,6 +48,9 @@ def check_input(args: argparse.Namespace, specs: Sequence[ColumnSpec]) -> list[s
     names = [s.name for s in specs]
     if names.count(args.privacy_unit) > 1:  # a column is read once, as the unit or as a value
         raise ValueError(f"--privacy-unit {args.privacy_unit!r} is also a column the release reads")
+    reserved = [n for n in names if n.startswith("__")]  # the columns bounding adds (HASH, PRIORITY, CANDIDATE)
+    if reserved:
+        raise ValueError(f"column {reserved[0]!r}: names beginning with '__' are the library's own; rename it")
     files = readers.match_files(args.input)
     readers.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
     return files

@@ -100,6 +100,8 @@ def candidate_family(args: argparse.Namespace) -> tuple[CategoryCounts, ColumnSp
             raise ValueError(f"--candidate-range must be LO:HI with integers, got {args.candidate_range!r}") from None
         if hi <= lo:
             raise ValueError(f"--candidate-range {args.candidate_range} is empty")
+        if lo < -(2**63) or hi > 2**63:  # the column is read as int64: beyond it a value would wrap onto another
+            raise ValueError(f"--candidate-range {args.candidate_range} reaches beyond 64-bit integers")
         if hi - lo > MAX_CANDIDATES:
             raise ValueError(f"--candidate-range {args.candidate_range} holds over {MAX_CANDIDATES:,} candidates")
         return CategoryCounts(args.column, range(lo, hi)), ColumnSpec(args.column, "int")

@@ -217,6 +217,19 @@ MUTANTS = [
         ("tests/transforms/test_bounding.py::test_text_units_of_one_hash_are_still_two_units",),
     ),
     Mutant(
+        "rows of no candidate spend a unit's K rows (compact_rows after bounding, not before)",
+        "pipelines/job.py",
+        "        return beam.Map(self.family.compact_rows) | BoundContributions(\n"
+        "            args.privacy_unit, args.max_rows_per_unit, seed=args.seed, "
+        "shards=shards(self.files), keep_unit=False\n"
+        "        )",
+        "        return BoundContributions(\n"
+        "            args.privacy_unit, args.max_rows_per_unit, seed=args.seed, "
+        "shards=shards(self.files), keep_unit=False\n"
+        "        ) | beam.Map(self.family.compact_rows)",
+        (f"{INPUT}[outside_candidates]",),
+    ),
+    Mutant(
         "bounding keeps L + 1 keys per unit",
         "beam_expmech/transforms/bounding.py",
         "kept_pair = _key_ranks(pair_unit, pair_priority, pair_key, keys.dictionary, max_keys) < max_keys",

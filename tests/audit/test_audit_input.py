@@ -82,12 +82,29 @@ def csv_inputs(folder) -> tuple[str, dict[int, int]]:
     return str(folder / "quoted.csv"), {1: 2, 2: 2, 4: 3, 5: 1}
 
 
+def outside_inputs(folder) -> tuple[str, dict[int, int]]:
+    """Units with 0 to 5 rows of their item and up to 30 rows of items beyond the candidates (above and
+    below), shuffled: a unit's K rows are its rows of a candidate, whatever else it has."""
+    rng = np.random.default_rng(4)
+    inside = {1: 0, 2: 1, 3: 2, 4: 3, 5: 5}
+    users, items = [], []
+    for unit, n in inside.items():
+        outside = rng.choice([-7, ITEMS, ITEMS + 3, 10**6], size=int(rng.integers(1, 31))).tolist()
+        users += [unit] * (n + len(outside))
+        items += [unit] * n + outside
+    order = rng.permutation(len(users))
+    table = pa.table({"user": np.array(users)[order], "item": np.array(items)[order]})
+    pq.write_table(table, folder / "outside.parquet", row_group_size=17)
+    return str(folder / "outside.parquet"), {u: n for u, n in inside.items() if n}
+
+
 @pytest.mark.parametrize(
     "name,inputs",
     [
         pytest.param("Avro units", avro_inputs, id="avro_units"),
         pytest.param("float units", float_inputs, id="float_units"),
         pytest.param("CSV with unclosed quotes", csv_inputs, id="csv_unclosed_quotes"),
+        pytest.param("rows beyond the candidates", outside_inputs, id="outside_candidates"),
     ],
 )
 def test_each_unit_counts_min_k_of_its_valid_rows(audit, name, inputs, tmp_path):

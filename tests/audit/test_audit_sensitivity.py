@@ -11,6 +11,7 @@ any move beyond the sensitivity would be a real bug.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import uuid
 
@@ -24,11 +25,13 @@ from hypothesis import strategies as st
 from beam_expmech import halfspaces
 from beam_expmech.mechanisms.quantile import quantile_scores
 from beam_expmech.predicates import CategoryCounts, HistogramCounts, MarginalCounts, MarginalWorkload
-from beam_expmech.transforms import BoundContributions, GatherCounts, PredicateCounts
+from beam_expmech.transforms import BoundContributions, GatherCounts
 from beam_expmech.transforms.keys import KEY, ROWS, UNITS, KeyCounts
+from pipelines import job
 
 ITEMS = 6
-DOMAIN = {"item": ITEMS, "f0": 2, "f1": 2, "y": 2}
+OUTSIDE = 3  # item values beyond the candidates: select drops their rows before bounding (compact_rows)
+DOMAIN = {"item": ITEMS + OUTSIDE, "f0": 2, "f1": 2, "y": 2}  # 72 joint cells: synthesize carries the cell
 FAMILIES = {  # name -> (family, shard size: small ones exercise the sharded, sparse path)
     "select: CategoryCounts": (CategoryCounts("item", range(ITEMS)), 4),
     "quantiles: HistogramCounts": (HistogramCounts("x", 0.0, 10.0, 8), 3),
@@ -42,7 +45,7 @@ RESULTS: dict = {}
 def rows_of(unit: int, rows: int, rng: np.random.Generator) -> dict:
     return {
         "user": np.full(rows, unit),
-        "item": rng.integers(0, ITEMS, rows),
+        "item": rng.integers(0, ITEMS + OUTSIDE, rows),
         "x": rng.uniform(0, 10, rows),
         **{c: rng.integers(0, 2, rows) for c in ("f0", "f1", "y")},
     }
@@ -60,20 +63,20 @@ def _keep(counts, key: str, name: str) -> None:
 
 
 def counts_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int) -> dict:
-    """{(dataset, family): the summed counts}, by the real transforms on the in-process DirectRunner."""
+    """{(dataset, family): the summed counts}, by the pipelines' own bounding and counting (``CountingJob``:
+    each family's compact rows, bounded, then counted) on the in-process DirectRunner."""
     key = uuid.uuid4().hex
+    args = argparse.Namespace(privacy_unit="user", max_rows_per_unit=max_rows, seed=5)
     with beam.Pipeline() as pipeline:
         for name, batches in datasets.items():
-            bounded = (
-                pipeline
-                | f"Create {name}" >> beam.Create(batches)
-                | f"Bound {name}" >> BoundContributions("user", max_rows, shards=3, seed=5)
-            )
+            created = pipeline | f"Create {name}" >> beam.Create(batches)
             for family_name, (family, shard_size) in FAMILIES.items():
+                counting = job.CountingJob(("unlisted: the default shards",), (), family, None, shard_size)
                 label = f"{name} {family_name}"
                 _ = (
-                    bounded
-                    | f"Count {label}" >> PredicateCounts(family, shard_size=shard_size)
+                    created
+                    | f"Bound {label}" >> counting.bounding(args)
+                    | f"Count {label}" >> counting.counting(args)
                     | f"Gather {label}" >> GatherCounts()
                     | f"Keep {label}" >> beam.Map(_keep, key, (name, family_name))
                 )
@@ -114,6 +117,12 @@ def test_one_more_unit_moves_no_score_beyond_its_sensitivity(audit, units, extra
         if monotone:
             audit.check(subject, "monotone claimed: scores moving down", cases=moved.size,
                         worst=int((moved < 0).sum()), bound=0)  # fmt: skip
+        if family_name.startswith("synthesize"):  # a row is in one cell of each marginal: AIM's L1 and L2
+            marginals = len(FAMILIES[family_name][0].marginals)
+            audit.check(subject, "L1 move over the workload <= K * marginals", cases=1,
+                        worst=np.abs(moved).sum(), bound=max_rows * marginals)  # fmt: skip
+            audit.check(subject, "L2 move over the workload <= K * sqrt(marginals)", cases=1,
+                        worst=np.sqrt((moved**2).sum()), bound=max_rows * np.sqrt(marginals))  # fmt: skip
 
 
 def key_totals_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int, max_keys: int) -> dict:

@@ -15,6 +15,7 @@ from commands import assert_usage_error
 
 from beam_expmech.manifest import FIXED_FIELDS
 from pipelines import job, select
+from pipelines import ledger as ledger_cli
 from pipelines.flags import unit_specs
 
 RELEASE_KEYS = {"selected", *FIXED_FIELDS, "sensitivity", "monotonic", "num_candidates", "top_k"}
@@ -115,6 +116,8 @@ def test_empty_or_all_bad_input_still_runs_the_mechanism(tmp_path, content):
         ({"--top-k": "11"}, "exceeds the number of candidates"),
         ({"--column": "nope"}, "missing column 'nope'"),
         ({"--candidate-range": "5:5"}, "empty"),
+        ({"--candidate-range": "9223372036854775808:9223372036854775810"}, "beyond 64-bit integers"),  # review 7
+        ({"--candidate-range": "9223372036854775803:9223372036854775813"}, "beyond 64-bit integers"),
         ({"--max-rows-per-unit": "0"}, "max-rows-per-unit"),
         ({"--input": "/nonexistent/*.parquet"}, "no file matches"),
         ({"--mechanism": "permute-and-flip", "--top-k": "2"}, "permute-and-flip selects one"),
@@ -177,3 +180,20 @@ def test_a_units_rows_are_spent_on_rows_that_count(tmp_path, candidates):
     ).run().wait_until_finish()  # fmt: skip
     ((_, counts),) = pickle.loads(captured.read_bytes())
     assert counts.tolist() == (2 * np.bincount(np.arange(60) % 50, minlength=50)).tolist()
+
+
+@pytest.mark.parametrize("name", ["__candidate", "__priority", "__unit_hash"])
+@pytest.mark.parametrize("role", ["--privacy-unit", "--column"])
+def test_a_column_named_as_the_librarys_own_is_refused_before_any_budget(tmp_path, name, role):
+    """Bounding adds columns of these names: a unit or value column of one would fail the job after its
+    charge (review 7, F1)."""
+    table = purchases(100)
+    pq.write_table(table.append_column(name, table.column("user_id" if role == "--privacy-unit" else "item")),
+                   tmp_path / "data.parquet")  # fmt: skip
+    ledger = str(tmp_path / "ledger.json")
+    assert ledger_cli.main(["init", "--budget-ledger", ledger, "--dataset-id", "shop", "--epsilon", "3"]) == 0
+    args = {"--input": str(tmp_path / "data.parquet"), "--column": "item", "--candidate-range": "0:10",
+            "--epsilon": "1", "--privacy-unit": "user_id", "--max-rows-per-unit": "2", role: name,
+            "--budget-ledger": ledger, "--dataset-id": "shop", "--output": str(tmp_path / "r.json")}  # fmt: skip
+    assert_usage_error("pipelines.select", args, "names beginning with '__' are the library's own")
+    assert json.loads((tmp_path / "ledger.json").read_text())["datasets"]["shop"]["releases"] == []
