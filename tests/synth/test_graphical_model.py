@@ -27,8 +27,8 @@ def brute_force_joint(model: GraphicalModel) -> np.ndarray:
     return p / p.sum()
 
 
-def joint_marginal(joint: np.ndarray, columns: tuple) -> np.ndarray:
-    names = list(DOMAIN)
+def joint_marginal(joint: np.ndarray, columns: tuple, domain: dict = DOMAIN) -> np.ndarray:
+    names = list(domain)
     summed = joint.sum(axis=tuple(i for i, c in enumerate(names) if c not in columns))
     kept = [c for c in names if c in columns]
     return np.transpose(summed, [kept.index(c) for c in columns])
@@ -38,7 +38,7 @@ def random_model(seed: int) -> GraphicalModel:
     model = GraphicalModel(DOMAIN, SETS, total=1000.0)
     rng = np.random.default_rng(seed)
     model.potentials = [rng.normal(0, 1.5, p.shape) for p in model.potentials]
-    model.log_marginals = model._calibrate(model.potentials)
+    model.marginals = model._calibrate(model.potentials)
     return model
 
 
@@ -67,6 +67,36 @@ def test_every_marginal_is_exact_inside_and_across_cliques(seed):
             if k == 3 and columns[0] > columns[1]:
                 continue  # enough orders checked
             np.testing.assert_allclose(model.project(columns), 1000 * joint_marginal(joint, columns), rtol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_projections_from_the_calibrated_marginals_match_the_full_joint_on_a_wider_model(seed):
+    """Eight columns, eight random 3-way sets: several cliques, fill-in, candidates across 2-4 cliques."""
+    rng = np.random.default_rng(seed)
+    domain = {f"x{i}": int(k) for i, k in enumerate(rng.integers(2, 5, 8))}
+    sets = [tuple(rng.choice(list(domain), 3, replace=False)) for _ in range(8)]
+    model = GraphicalModel(domain, sets, total=500.0)
+    assert len(model.cliques) >= 3
+    model.potentials = [rng.normal(0, 2.0, p.shape) for p in model.potentials]
+    model.marginals = model._calibrate(model.potentials)
+    joint = brute_force_joint(model)
+    for clique, marginal in zip(model.cliques, model.marginals, strict=True):
+        np.testing.assert_allclose(marginal, joint_marginal(joint, clique, domain), rtol=1e-9, atol=1e-15)
+    across = 0
+    for columns in itertools.combinations(domain, 3):
+        across += model.clique_holding(columns) is None
+        expected = 500.0 * joint_marginal(joint, columns[::-1], domain)
+        np.testing.assert_allclose(model.project(columns[::-1]), expected, rtol=1e-9, atol=1e-12)
+    assert across > 0  # some marginals needed elimination
+
+
+def test_extreme_potentials_give_finite_marginals():
+    model = random_model(8)
+    model.potentials = [p * 2000 for p in model.potentials]  # log-probabilities far below e^-745
+    model.marginals = model._calibrate(model.potentials)
+    for columns in [("a",), ("a", "c"), ("b", "e", "f"), ("a", "d", "e")]:
+        counts = model.project(columns)
+        assert np.isfinite(counts).all() and abs(counts.sum() - 1000.0) < 1e-6
 
 
 def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
