@@ -25,6 +25,8 @@ import numpy as np
 from beam_expmech.mechanisms.randomness import RandomSource
 
 Columns = tuple[str, ...]
+_GROW = 1.01
+_EINSUM_LABELS = 52  # np.einsum's limit on distinct axes
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class GraphicalModel:
         self._marginals = marginals
         self._sums: dict[tuple[int, Columns], np.ndarray] = {}  # (clique, columns) -> its marginal on them
         self._sum_cells = 0
+        self._inverses: dict[tuple[int, int], np.ndarray] = {}  # tree edge -> 1 / its separator's marginal
 
     # -- structure --------------------------------------------------------------------
     def _shape(self, columns: Sequence[str]) -> tuple[int, ...]:
@@ -160,9 +163,13 @@ class GraphicalModel:
         return next((i for i, c in enumerate(self._sets) if wanted <= c), None)
 
     def _message_schedule(self) -> list[tuple[int, int]]:
-        """(child, parent) pairs, leaves first, over every tree of the forest."""
+        """(child, parent) pairs, leaves first, over every tree of the forest.
+
+        Each tree's root is its largest clique: the root sends no message up, so the largest
+        belief is exponentiated once a calibration instead of twice.
+        """
         seen, downward = set(), []
-        for start in range(len(self.cliques)):
+        for start in sorted(range(len(self.cliques)), key=lambda i: (-math.prod(self._shape(self.cliques[i])), i)):
             if start in seen:
                 continue
             seen.add(start)
@@ -198,7 +205,8 @@ class GraphicalModel:
         for i in self._top_down:
             belief = beliefs[i] if beliefs[i] is not None else self._with_children(potentials, up, i)
             beliefs[i] = None
-            probabilities = np.exp(belief - belief.max())
+            probabilities = np.subtract(belief, belief.max())
+            np.exp(probabilities, out=probabilities)
             probabilities /= probabilities.sum()
             marginals[i] = probabilities
             for child in self._children[i]:
@@ -262,10 +270,13 @@ class GraphicalModel:
             factors.append((columns, self._sum(i, columns)))
         for a, b in {(min(i, j), max(i, j)) for i in tree for j in tree[i]}:
             separator = self._ordered(self._sets[a] & self._sets[b])
-            summed = self._sum(a, separator)
-            # Where a separator has probability 0, so have both cliques' cells: 0 / 0 counts as 0.
-            inverse = np.divide(1.0, summed, out=np.zeros_like(summed), where=summed > 0)
-            factors.append((separator, inverse))
+            if (a, b) not in self._inverses:
+                summed = self._sum(a, separator)
+                # Where a separator has probability 0, so have both cliques' cells: 0 / 0 counts as 0.
+                self._inverses[(a, b)] = np.divide(1.0, summed, out=np.zeros_like(summed), where=summed > 0)
+            factors.append((separator, self._inverses[(a, b)]))
+        if len({c for columns, _ in factors for c in columns}) <= _EINSUM_LABELS:
+            return self._contract(factors, keep)
         drop = {c for columns, _ in factors for c in columns} - set(keep)
         while drop:
             column = min(drop, key=lambda c: (self._union_cells([f for f in factors if c in f[0]]), c))
@@ -275,6 +286,37 @@ class GraphicalModel:
             factors.append((tuple(c for c in joined if c != column), values.sum(axis=joined.index(column))))
             drop.remove(column)
         joined, values = self._product(factors)
+        return values / values.sum()
+
+    def _contract(self, factors: list, keep: Columns) -> np.ndarray:
+        """The product of ``factors`` summed onto ``keep`` (normalised), two factors at a time.
+
+        Each step joins the two factors whose result is smallest, summing out at once every
+        column no other factor and not ``keep`` holds (np.einsum on two operands: a batched
+        matrix product), so no array larger than a step's inputs and output is made.
+        """
+        involved = self._ordered({c for columns, _ in factors for c in columns})
+        label = {c: k for k, c in enumerate(involved)}
+        factors = list(factors)
+        while len(factors) > 1:
+            best = None
+            for x, y in itertools.combinations(range(len(factors)), 2):
+                others = {c for k, (columns, _) in enumerate(factors) if k not in (x, y) for c in columns}
+                out = self._ordered((set(factors[x][0]) | set(factors[y][0])) & (others | set(keep)))
+                cells = math.prod(self._shape(out))
+                if best is None or cells < best[0]:
+                    best = (cells, x, y, out)
+            _, x, y, out = best
+            (ca, a), (cb, b) = factors[x], factors[y]
+            if set(out) == set(ca) | set(cb):  # nothing summed out: a broadcast product (einsum is slow at it)
+                joined = self._aligned(a, ca, out) * self._aligned(b, cb, out)
+            else:
+                la, lb, lo = ([label[c] for c in columns] for columns in (ca, cb, out))
+                joined = np.einsum(a, la, b, lb, lo, optimize=True)
+            factors = [f for k, f in enumerate(factors) if k not in (x, y)] + [(out, joined)]
+        columns, values = factors[0]
+        axes = tuple(k for k, c in enumerate(columns) if c not in keep)
+        values = values.sum(axis=axes) if axes else values
         return values / values.sum()
 
     def _covering_subtree(self, keep: set[str]) -> dict[int, set[int]]:
@@ -376,7 +418,7 @@ class GraphicalModel:
                     trial_counts,
                 )
                 grad = gradient(weighted)
-                step *= 1.01
+                step *= _GROW
             else:
                 step *= 0.5
                 if step < 1e-6 * smallest:  # no step lowers the loss: a minimum, up to rounding
