@@ -25,7 +25,7 @@ import numpy as np
 from beam_expmech.mechanisms.randomness import RandomSource
 
 Columns = tuple[str, ...]
-_GROW = 1.01
+_WINDOW = 10  # steps over which fit's stopping rule averages the loss's decrease
 _EINSUM_LABELS = 52  # np.einsum's limit on distinct axes
 
 
@@ -205,7 +205,8 @@ class GraphicalModel:
         for i in self._top_down:
             belief = beliefs[i] if beliefs[i] is not None else self._with_children(potentials, up, i)
             beliefs[i] = None
-            probabilities = np.subtract(belief, belief.max())
+            # a belief is a fresh array (written in place from here on) unless it is the potential itself
+            probabilities = np.subtract(belief, belief.max(), out=None if belief is potentials[i] else belief)
             np.exp(probabilities, out=probabilities)
             probabilities /= probabilities.sum()
             marginals[i] = probabilities
@@ -214,13 +215,22 @@ class GraphicalModel:
                 axes = tuple(k for k, c in enumerate(self.cliques[i]) if c not in separator)
                 with np.errstate(divide="ignore"):
                     down = np.log(np.add.reduce(probabilities, axis=axes, keepdims=True)) - up[child]
-                beliefs[child] = beliefs[child] + self._aligned(down, separator, self.cliques[child])
+                down = self._aligned(down, separator, self.cliques[child])
+                if beliefs[child] is potentials[child]:
+                    beliefs[child] = beliefs[child] + down
+                else:
+                    beliefs[child] += down
         return marginals
 
     def _with_children(self, potentials: list[np.ndarray], up: list, i: int) -> np.ndarray:
-        belief = potentials[i]
-        for child in self._children[i]:
-            belief = belief + up[child]
+        """Clique ``i``'s potential plus its children's messages: a new array, or the potential itself
+        when it has no children (then not to be written to)."""
+        children = self._children[i]
+        if not children:
+            return potentials[i]
+        belief = potentials[i] + up[children[0]]
+        for child in children[1:]:
+            belief += up[child]
         return belief
 
     def project(self, columns: Sequence[str]) -> np.ndarray:
@@ -354,8 +364,14 @@ class GraphicalModel:
         return joined, total
 
     # -- estimation -------------------------------------------------------------------
-    def fit(self, measurements: Sequence[Measurement], *, iterations: int = 500) -> None:
+    def fit(self, measurements: Sequence[Measurement], *, iterations: int = 500, tolerance: float = 0.0) -> None:
         """Mirror descent on the squared error to ``measurements``, from the current potentials.
+
+        At most ``iterations`` steps; fewer when the last ``_WINDOW`` steps lowered the loss by
+        less than ``tolerance`` each on average. The loss is the measurements' negative Gaussian
+        log-likelihood (up to a constant), so ``tolerance`` is in nats: 1 stops once a step gains
+        less than a likelihood ratio of e, a difference the measurements' noise cannot tell apart.
+        0 (the default) runs every iteration.
 
         Measurements of the same columns act as one, at their inverse-variance weighted mean
         (the loss differs by a constant, the gradient not at all). Each measured marginal is
@@ -401,10 +417,14 @@ class GraphicalModel:
         # kept between fits, since a refit after one more measurement needs a similar step.
         smallest = 1.0 / (self.total * sum(1.0 / m.sigma**2 for m in measurements))
         step = max(self._step or smallest, smallest)
+        history = [loss]
         for _ in range(iterations):
+            if len(history) > _WINDOW and history[-1 - _WINDOW] - history[-1] < _WINDOW * tolerance:
+                break
             trial = list(theta)
             for h in holders:
-                trial[h] = theta[h] - step * grad[h]
+                trial[h] = np.multiply(grad[h], -step)
+                trial[h] += theta[h]
             trial_marginals = self._calibrate(trial)
             trial_loss, trial_weighted, trial_counts = evaluate(trial_marginals)
             # <gradient, counts - trial counts> over the cliques, taken in each term's own cells
@@ -418,11 +438,12 @@ class GraphicalModel:
                     trial_counts,
                 )
                 grad = gradient(weighted)
-                step *= _GROW
+                step *= 1.01
             else:
                 step *= 0.5
                 if step < 1e-6 * smallest:  # no step lowers the loss: a minimum, up to rounding
                     break
+            history.append(loss)
         self._step = step
         self.potentials, self.marginals = theta, marginals
 

@@ -108,6 +108,26 @@ def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
         np.testing.assert_allclose(model.project(columns), truth.project(columns), atol=0.05)
 
 
+def test_fit_stops_once_its_steps_gain_less_than_the_tolerance(monkeypatch):
+    truth = random_model(9)
+    rng = np.random.default_rng(10)
+    measurements = [Measurement(c, truth.project(c) + rng.normal(0, 5.0, truth.project(c).shape), 5.0) for c in SETS]
+    steps = []
+    calibrate = GraphicalModel._calibrate
+    monkeypatch.setattr(GraphicalModel, "_calibrate", lambda self, p: steps.append(1) or calibrate(self, p))
+    full, early = GraphicalModel(DOMAIN, SETS, total=1000.0), GraphicalModel(DOMAIN, SETS, total=1000.0)
+    full.fit(measurements, iterations=400)
+    ran_full, steps[:] = len(steps), []
+    early.fit(measurements, iterations=400, tolerance=0.01)
+    assert len(steps) < ran_full
+
+    def loss(model):
+        return sum(((model.project(m.columns) - m.values) ** 2).sum() / (2 * m.sigma**2) for m in measurements)
+
+    assert loss(early) - loss(full) < 400 * 0.01  # what the steps it skipped could at most have gained at that rate
+    assert loss(early) < loss(GraphicalModel(DOMAIN, SETS, total=1000.0))
+
+
 def test_fit_refuses_a_measurement_outside_the_model():
     with pytest.raises(ValueError, match="lies in no clique"):
         GraphicalModel(DOMAIN, SETS).fit([Measurement(("a", "f"), np.ones((2, 3)), 1.0)])
