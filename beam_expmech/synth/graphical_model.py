@@ -15,6 +15,7 @@ reshape, never a transpose.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from collections.abc import Sequence
@@ -146,6 +147,8 @@ class GraphicalModel:
         self._sums: dict[tuple[int, Columns], np.ndarray] = {}  # (clique, columns) -> its marginal on them
         self._sum_cells = 0
         self._inverses: dict[tuple[int, int], np.ndarray] = {}  # tree edge -> 1 / its separator's marginal
+        self._joins: dict[tuple, np.ndarray] = {}  # _contract's steps, by how they were made
+        self._join_cells = 0
 
     # -- structure --------------------------------------------------------------------
     def _shape(self, columns: Sequence[str]) -> tuple[int, ...]:
@@ -277,16 +280,17 @@ class GraphicalModel:
         for i, neighbours in tree.items():
             needed = set(keep).union(*(self._sets[i] & self._sets[j] for j in neighbours))
             columns = self._ordered(self._sets[i] & needed)
-            factors.append((columns, self._sum(i, columns)))
+            factors.append((("sum", i, columns), columns, self._sum(i, columns)))
         for a, b in {(min(i, j), max(i, j)) for i in tree for j in tree[i]}:
             separator = self._ordered(self._sets[a] & self._sets[b])
             if (a, b) not in self._inverses:
                 summed = self._sum(a, separator)
                 # Where a separator has probability 0, so have both cliques' cells: 0 / 0 counts as 0.
                 self._inverses[(a, b)] = np.divide(1.0, summed, out=np.zeros_like(summed), where=summed > 0)
-            factors.append((separator, self._inverses[(a, b)]))
-        if len({c for columns, _ in factors for c in columns}) <= _EINSUM_LABELS:
+            factors.append((("inverse", a, b), separator, self._inverses[(a, b)]))
+        if len({c for _, columns, _ in factors for c in columns}) <= _EINSUM_LABELS:
             return self._contract(factors, keep)
+        factors = [(columns, values) for _, columns, values in factors]
         drop = {c for columns, _ in factors for c in columns} - set(keep)
         while drop:
             column = min(drop, key=lambda c: (self._union_cells([f for f in factors if c in f[0]]), c))
@@ -299,32 +303,42 @@ class GraphicalModel:
         return values / values.sum()
 
     def _contract(self, factors: list, keep: Columns) -> np.ndarray:
-        """The product of ``factors`` summed onto ``keep`` (normalised), two factors at a time.
+        """The product of ``factors`` ((key, columns, values), the key naming how the values were
+        made) summed onto ``keep`` (normalised), two factors at a time.
 
         Each step joins the two factors whose result is smallest, summing out at once every
         column no other factor and not ``keep`` holds (np.einsum on two operands: a batched
-        matrix product), so no array larger than a step's inputs and output is made.
+        matrix product), so no array larger than a step's inputs and output is made. Joins are
+        kept by key until the marginals change: projections in one round share their first steps.
         """
-        involved = self._ordered({c for columns, _ in factors for c in columns})
+        involved = self._ordered({c for _, columns, _ in factors for c in columns})
         label = {c: k for k, c in enumerate(involved)}
         factors = list(factors)
         while len(factors) > 1:
+            count = collections.Counter(c for _, columns, _ in factors for c in columns)
             best = None
             for x, y in itertools.combinations(range(len(factors)), 2):
-                others = {c for k, (columns, _) in enumerate(factors) if k not in (x, y) for c in columns}
-                out = self._ordered((set(factors[x][0]) | set(factors[y][0])) & (others | set(keep)))
-                cells = math.prod(self._shape(out))
+                cx, cy = factors[x][1], factors[y][1]
+                out = {c for c in {*cx, *cy} if c in keep or count[c] > (c in cx) + (c in cy)}
+                cells = math.prod(self.domain[c] for c in out)
                 if best is None or cells < best[0]:
                     best = (cells, x, y, out)
             _, x, y, out = best
-            (ca, a), (cb, b) = factors[x], factors[y]
-            if set(out) == set(ca) | set(cb):  # nothing summed out: a broadcast product (einsum is slow at it)
-                joined = self._aligned(a, ca, out) * self._aligned(b, cb, out)
-            else:
-                la, lb, lo = ([label[c] for c in columns] for columns in (ca, cb, out))
-                joined = np.einsum(a, la, b, lb, lo, optimize=True)
-            factors = [f for k, f in enumerate(factors) if k not in (x, y)] + [(out, joined)]
-        columns, values = factors[0]
+            (ka, ca, a), (kb, cb, b) = factors[x], factors[y]
+            out = self._ordered(out)
+            key = ("join", frozenset((ka, kb)), out)
+            joined = self._joins.get(key)
+            if joined is None:
+                if set(out) == set(ca) | set(cb):  # nothing summed out: a broadcast product (einsum is slow at it)
+                    joined = self._aligned(a, ca, out) * self._aligned(b, cb, out)
+                else:
+                    la, lb, lo = ([label[c] for c in columns] for columns in (ca, cb, out))
+                    joined = np.einsum(a, la, b, lb, lo, optimize=True)
+                if self._join_cells + joined.size <= sum(p.size for p in self.potentials):
+                    self._joins[key] = joined
+                    self._join_cells += joined.size
+            factors = [f for k, f in enumerate(factors) if k not in (x, y)] + [(key, out, joined)]
+        _, columns, values = factors[0]
         axes = tuple(k for k, c in enumerate(columns) if c not in keep)
         values = values.sum(axis=axes) if axes else values
         return values / values.sum()
