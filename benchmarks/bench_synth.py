@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
         [--seeds 3] [--no-reference | --references mst,aim] [--no-ours] [--reference-aim-rounds 8,nltcs=16]
+    python -m benchmarks.bench_synth --write-wide DIR    (the wide table as Parquet, for pipelines.synthesize)
 
 Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
   nltcs, titanic  tests/data (source and licence in tests/data/README.md)
@@ -47,7 +48,8 @@ normalised to a probability vector, as pipelines.evaluate_synthetic), scored two
 generator alike:
   model  the marginals of the generator's fitted model (what sampled rows converge to);
   rows   the marginals of as many rows as the real table has, sampled i.i.d. from that model;
-and the seconds of the fit (without the sampling and scoring) of
+and the seconds of the fit (without the sampling and scoring; after each table, a comment line gives
+the process's peak RSS so far) of
   aim          beam_expmech.synth.aim, rho-zCDP at the rho of (epsilon, delta = 1e-9)
   mwem         beam_expmech.synth.mwem, 20 rounds, pure epsilon-DP
   ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST()`` (mbi 1.1.0, Private-PGM mirror descent), same rho
