@@ -7,7 +7,11 @@ maximal cliques C of a junction tree built from the measured column sets. ``fit`
     sum over measurements m of ||N p_m - y_m||^2 / (2 sigma_m^2)
 (p_m the model's marginal on m's columns, y_m the noisy counts, N the public total) by entropic
 mirror descent on the log-potentials theta (McKenna, Sheldon, Miklau 2019), with a backtracking
-step; belief propagation in log space gives the clique marginals at each step.
+step, until a step cap or until its steps gain under a tolerance in nats; belief propagation in
+log space gives the clique marginals (as probabilities) at each step. ``project`` answers any
+marginal from those calibrated clique marginals, exactly up to float rounding. Speed here never
+touches privacy: AIM's scores round these projections to exact integers, and what it spends is
+fixed by its mechanisms alone.
 
 Every array is laid out with its columns in the domain's order, so aligning two factors is a
 reshape, never a transpose.
@@ -261,7 +265,9 @@ class GraphicalModel:
         if key in self._sums:
             return self._sums[key]
         axes = tuple(k for k, c in enumerate(self.cliques[clique]) if c not in columns)
-        summed = np.add.reduce(self.marginals[clique], axis=axes) if axes else self.marginals[clique]
+        if not axes:
+            return self.marginals[clique]  # the marginal itself (never written to), nothing to keep
+        summed = np.add.reduce(self.marginals[clique], axis=axes)
         if share and self._sum_cells + summed.size <= sum(p.size for p in self.potentials):
             self._sums[key] = summed
             self._sum_cells += summed.size
