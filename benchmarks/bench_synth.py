@@ -2,10 +2,14 @@
 
     python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
         [--seeds 3] [--no-reference | --references mst,aim] [--no-ours] [--reference-aim-rounds 8,nltcs=16]
+    python -m benchmarks.bench_synth --write-wide DIR    (the wide table as Parquet, for pipelines.synthesize)
 
 Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
   nltcs, titanic  tests/data (source and licence in tests/data/README.md)
   payroll         generated here (135,727 rows, 6 dependent columns of 3 to 33 codes: ``payroll()``)
+  wide            generated here in UCI Adult's layout (48,842 rows, 15 columns of 2 to 42 codes, 455
+                  3-way marginals; each column drawn given one or two earlier ones: ``wide()``);
+                  ``--write-wide DIR`` writes it as DIR/wide.parquet and DIR/domain.json for the pipeline
   fair            statsmodels.datasets.fair (Fair 1978, Redbook survey), 6,366 x 9; statsmodels states
                   "Included with permission of the author"; statsmodels itself is BSD-3
   randhie         statsmodels.datasets.randhie (RAND Health Insurance Experiment), 20,190 x 10;
@@ -44,7 +48,8 @@ normalised to a probability vector, as pipelines.evaluate_synthetic), scored two
 generator alike:
   model  the marginals of the generator's fitted model (what sampled rows converge to);
   rows   the marginals of as many rows as the real table has, sampled i.i.d. from that model;
-and the seconds of the fit (without the sampling and scoring) of
+and the seconds of the fit (without the sampling and scoring; after each table, a comment line gives
+the process's peak RSS so far) of
   aim          beam_expmech.synth.aim, rho-zCDP at the rho of (epsilon, delta = 1e-9)
   mwem         beam_expmech.synth.mwem, 20 rounds, pure epsilon-DP
   ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST()`` (mbi 1.1.0, Private-PGM mirror descent), same rho
@@ -75,6 +80,8 @@ import gzip
 import importlib.util
 import itertools
 import json
+import math
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -117,6 +124,28 @@ def payroll(rows: int = 135_727, seed: int = 0) -> tuple[pa.RecordBatch, dict[st
         "other-earnings": (other, 33),
     }
     return pa.record_batch({c: v for c, (v, _) in columns.items()}), {c: size for c, (_, size) in columns.items()}
+
+
+WIDE_SIZES = (10, 9, 16, 16, 7, 15, 6, 5, 2, 10, 10, 10, 42, 2, 4)  # UCI Adult's 15 columns, numbers binned
+
+
+def wide(rows: int = 48_842, seed: int = 0) -> tuple[pa.RecordBatch, dict[str, int]]:
+    """A generated table in UCI Adult's layout (its row count, 15 columns of its domain sizes), with
+    structure: column i is drawn given one or two random earlier columns, from conditionals drawn
+    from Dirichlet(0.3) (skewed, as real categories are). Not independent columns, so that which
+    3-way marginals a generator measures matters."""
+    rng = np.random.default_rng(seed)
+    columns: list[np.ndarray] = []
+    for i, size in enumerate(WIDE_SIZES):
+        parents = [int(p) for p in rng.choice(i, min(i, 2), replace=False)] if i else []
+        table = rng.dirichlet(np.full(size, 0.3), size=math.prod(WIDE_SIZES[p] for p in parents))
+        given = np.zeros(rows, dtype=np.int64)
+        for p in parents:
+            given = given * WIDE_SIZES[p] + columns[p]
+        cdf = table.cumsum(axis=1)[given]
+        columns.append((rng.random(rows)[:, None] > cdf).sum(axis=1).clip(0, size - 1))
+    names = [f"c{i}" for i in range(len(WIDE_SIZES))]
+    return pa.record_batch(dict(zip(names, columns, strict=True))), dict(zip(names, WIDE_SIZES, strict=True))
 
 
 # Tables shipped inside PyPI wheels (read from the installed package's files, no download at run time;
@@ -293,12 +322,14 @@ WHEEL_TABLES = {
     "breast_cancer": breast_cancer,
     "diabetes": diabetes,
 }
-DATASETS = ["nltcs", "titanic", "payroll", *WHEEL_TABLES]
+DATASETS = ["nltcs", "titanic", "payroll", "wide", *WHEEL_TABLES]
 
 
 def load(name: str) -> tuple[pa.RecordBatch, dict[str, int]]:
     if name == "payroll":
         return payroll()
+    if name == "wide":
+        return wide()
     if name in WHEEL_TABLES:
         return WHEEL_TABLES[name]()
     domain = json.loads((DATA / name / "domain.json").read_text())
@@ -425,7 +456,11 @@ def main() -> None:
         default="",
         help="OpenDP AIM's T: a number for every dataset and/or NAME=T for one (default 16 d)",
     )
+    parser.add_argument("--write-wide", metavar="DIR", help="write the wide table for pipelines.synthesize and stop")
     args = parser.parse_args()
+    if args.write_wide:
+        write_wide(Path(args.write_wide))
+        return
     items = [item for item in args.reference_aim_rounds.split(",") if item]
     ref_rounds = {k: int(v) for k, v in (item.split("=") for item in items if "=" in item)}
     ref_default = next((int(item) for item in items if "=" not in item), None)
@@ -459,6 +494,19 @@ def main() -> None:
                 scores = " ".join(f"{v:>9.4f}" for v in np.mean(runs, axis=0)[:4])
                 seconds = np.mean(runs, axis=0)[4]
                 print(f"{name:<13} {epsilon:>7g} {method:<16} {scores} {seconds:>8.1f}", flush=True)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print(f"# {name}: peak RSS of this process so far {peak:,.0f} MiB", flush=True)
+
+
+def write_wide(directory: Path) -> None:
+    """The wide table as DIR/wide.parquet and its DIR/domain.json (codes), for ``pipelines.synthesize``."""
+    import pyarrow.parquet as pq
+
+    batch, domain = wide()
+    directory.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_batches([batch]), directory / "wide.parquet")
+    (directory / "domain.json").write_text(json.dumps(domain))
+    print(f"wrote {batch.num_rows:,} rows to {directory / 'wide.parquet'} and {directory / 'domain.json'}")
 
 
 def generators(batch, domain, true, one_way, epsilon, rho, seed, args, ref_aim_rounds):

@@ -7,7 +7,11 @@ maximal cliques C of a junction tree built from the measured column sets. ``fit`
     sum over measurements m of ||N p_m - y_m||^2 / (2 sigma_m^2)
 (p_m the model's marginal on m's columns, y_m the noisy counts, N the public total) by entropic
 mirror descent on the log-potentials theta (McKenna, Sheldon, Miklau 2019), with a backtracking
-step; belief propagation in log space gives the clique marginals at each step.
+step, until a step cap or until its steps gain under a tolerance in nats; belief propagation in
+log space gives the clique marginals (as probabilities) at each step. ``project`` answers any
+marginal from those calibrated clique marginals, exactly up to float rounding. Speed here never
+touches privacy: AIM's scores round these projections to exact integers, and what it spends is
+fixed by its mechanisms alone.
 
 Every array is laid out with its columns in the domain's order, so aligning two factors is a
 reshape, never a transpose.
@@ -15,6 +19,7 @@ reshape, never a transpose.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from collections.abc import Sequence
@@ -25,6 +30,8 @@ import numpy as np
 from beam_expmech.mechanisms.randomness import RandomSource
 
 Columns = tuple[str, ...]
+_WINDOW = 10  # steps over which fit's stopping rule averages the loss's decrease
+_EINSUM_LABELS = 52  # np.einsum's limit on distinct axes
 
 
 @dataclass(frozen=True)
@@ -89,17 +96,63 @@ def model_cells(domain: dict[str, int], column_sets: Sequence[Sequence[str]]) ->
     return sum(math.prod(domain[c] for c in clique) for clique in cliques)
 
 
+@dataclass(frozen=True)
+class _Term:
+    """One measured column set in the fit: its weighted mean ``target`` and where it is summed from.
+
+    ``source`` is the term (listed before it) whose marginal holds it, or None for its clique
+    ``holder``; ``axes`` are the source's axes it sums out, ``inside`` its shape within the source.
+    """
+
+    columns: Columns
+    holder: int
+    source: int | None
+    axes: tuple[int, ...]
+    inside: tuple[int, ...]
+    weight: float
+    target: np.ndarray
+
+
 class GraphicalModel:
-    """A Markov random field on a junction tree, its total, and its calibrated clique marginals."""
+    """A Markov random field on a junction tree, its total, and its calibrated clique marginals.
+
+    ``marginals`` holds each clique's marginal as probabilities (domain order); every projection
+    is computed from them, and the sums that projections share are kept until they change.
+    """
 
     def __init__(self, domain: dict[str, int], column_sets: Sequence[Sequence[str]], total: float = 1.0):
         self.domain = dict(domain)
         self.total = float(total)
         self.cliques, self.edges = junction_tree(self.domain, column_sets)
+        self._sets = [frozenset(c) for c in self.cliques]
+        self._adjacent: dict[int, set[int]] = {i: set() for i in range(len(self.cliques))}
+        for i, j in self.edges:
+            self._adjacent[i].add(j)
+            self._adjacent[j].add(i)
         self.potentials = [np.zeros(self._shape(c)) for c in self.cliques]
         self._step: float | None = None  # the mirror descent's last step size
         self._schedule = self._message_schedule()
-        self.log_marginals = self._calibrate(self.potentials)
+        self._children: list[list[int]] = [[] for _ in self.cliques]
+        for child, parent in self._schedule:
+            self._children[parent].append(child)
+        children = {child for child, _ in self._schedule}
+        self._top_down = [i for i in range(len(self.cliques)) if i not in children]
+        self._top_down += [child for child, _ in reversed(self._schedule)]  # every parent before its children
+        self.marginals = self._calibrate(self.potentials)
+
+    @property
+    def marginals(self) -> list[np.ndarray]:
+        """Each clique's calibrated marginal, as probabilities."""
+        return self._marginals
+
+    @marginals.setter
+    def marginals(self, marginals: list[np.ndarray]) -> None:
+        self._marginals = marginals
+        self._sums: dict[tuple[int, Columns], np.ndarray] = {}  # (clique, columns) -> its marginal on them
+        self._sum_cells = 0
+        self._inverses: dict[tuple[int, int], np.ndarray] = {}  # tree edge -> 1 / its separator's marginal
+        self._joins: dict[tuple, np.ndarray] = {}  # _contract's steps, by how they were made
+        self._join_cells = 0
 
     # -- structure --------------------------------------------------------------------
     def _shape(self, columns: Sequence[str]) -> tuple[int, ...]:
@@ -113,23 +166,24 @@ class GraphicalModel:
         return array.reshape([self.domain[c] if c in columns else 1 for c in target])
 
     def clique_holding(self, columns: Sequence[str]) -> int | None:
-        return next((i for i, c in enumerate(self.cliques) if set(columns) <= set(c)), None)
+        wanted = set(columns)
+        return next((i for i, c in enumerate(self._sets) if wanted <= c), None)
 
     def _message_schedule(self) -> list[tuple[int, int]]:
-        """(child, parent) pairs, leaves first, over every tree of the forest."""
-        adjacent = {i: [] for i in range(len(self.cliques))}
-        for i, j in self.edges:
-            adjacent[i].append(j)
-            adjacent[j].append(i)
+        """(child, parent) pairs, leaves first, over every tree of the forest.
+
+        Each tree's root is its largest clique: the root sends no message up, so the largest
+        belief is exponentiated once a calibration instead of twice.
+        """
         seen, downward = set(), []
-        for start in range(len(self.cliques)):
+        for start in sorted(range(len(self.cliques)), key=lambda i: (-math.prod(self._shape(self.cliques[i])), i)):
             if start in seen:
                 continue
             seen.add(start)
             frontier = [start]
             while frontier:
                 parent = frontier.pop(0)
-                for child in adjacent[parent]:
+                for child in sorted(self._adjacent[parent]):
                     if child not in seen:
                         seen.add(child)
                         downward.append((child, parent))
@@ -137,140 +191,317 @@ class GraphicalModel:
         return downward[::-1]
 
     # -- inference --------------------------------------------------------------------
-    def _message(self, log_belief: np.ndarray, source: int, target: int) -> np.ndarray:
-        separator = set(self.cliques[source]) & set(self.cliques[target])
-        axes = tuple(i for i, c in enumerate(self.cliques[source]) if c not in separator)
-        summed = _logsumexp(log_belief, axes)
-        return self._aligned(summed, self._ordered(separator), self.cliques[target])
-
     def _calibrate(self, potentials: list[np.ndarray]) -> list[np.ndarray]:
-        """Log-probabilities of every clique's marginal (belief propagation, two passes)."""
-        incoming = [{} for _ in self.cliques]
+        """Every clique's marginal, as probabilities (belief propagation in log space, two passes).
+
+        Upward, each clique sends the log-sum-exp of its belief over the columns its parent lacks.
+        Downward, each clique's full belief is exponentiated once: a child's message is that
+        marginal summed onto their separator, over the message the child sent up (on the
+        separator, the child's part of the belief is exactly that message), in logs.
+        A separator cell below e^-745 of the largest underflows to probability 0 (-inf in logs),
+        which it is to every count the model gives.
+        """
+        up: list[np.ndarray | None] = [None] * len(self.cliques)  # i's message to its parent, aligned to it
+        beliefs: list[np.ndarray | None] = [None] * len(self.cliques)
         for child, parent in self._schedule:
-            belief = potentials[child] + sum(incoming[child].values())
-            incoming[parent][child] = self._message(belief, child, parent)
-        for child, parent in reversed(self._schedule):
-            belief = potentials[parent] + sum(m for k, m in incoming[parent].items() if k != child)
-            incoming[child][parent] = self._message(belief, parent, child)
-        beliefs = [p + sum(incoming[i].values()) for i, p in enumerate(potentials)]
-        return [b - _logsumexp(b, tuple(range(b.ndim))) for b in beliefs]
+            beliefs[child] = self._with_children(potentials, up, child)
+            separator = self._ordered(self._sets[child] & self._sets[parent])
+            axes = tuple(k for k, c in enumerate(self.cliques[child]) if c not in separator)
+            up[child] = self._aligned(_logsumexp(beliefs[child], axes), separator, self.cliques[parent])
+        marginals: list[np.ndarray | None] = [None] * len(self.cliques)
+        for i in self._top_down:
+            belief = beliefs[i] if beliefs[i] is not None else self._with_children(potentials, up, i)
+            beliefs[i] = None
+            # a belief is a fresh array (written in place from here on) unless it is the potential itself
+            probabilities = np.subtract(belief, belief.max(), out=None if belief is potentials[i] else belief)
+            np.exp(probabilities, out=probabilities)
+            probabilities /= probabilities.sum()
+            marginals[i] = probabilities
+            for child in self._children[i]:
+                separator = self._ordered(self._sets[i] & self._sets[child])
+                axes = tuple(k for k, c in enumerate(self.cliques[i]) if c not in separator)
+                with np.errstate(divide="ignore"):
+                    down = np.log(np.add.reduce(probabilities, axis=axes, keepdims=True)) - up[child]
+                down = self._aligned(down, separator, self.cliques[child])
+                if beliefs[child] is potentials[child]:
+                    beliefs[child] = beliefs[child] + down
+                else:
+                    beliefs[child] += down
+        return marginals
+
+    def _with_children(self, potentials: list[np.ndarray], up: list, i: int) -> np.ndarray:
+        """Clique ``i``'s potential plus its children's messages: a new array, or the potential itself
+        when it has no children (then not to be written to)."""
+        children = self._children[i]
+        if not children:
+            return potentials[i]
+        belief = potentials[i] + up[children[0]]
+        for child in children[1:]:
+            belief += up[child]
+        return belief
 
     def project(self, columns: Sequence[str]) -> np.ndarray:
         """The model's counts (total times probability) on ``columns``, axes in the order given."""
         ordered = self._ordered(columns)
-        holder = self.clique_holding(ordered)
-        if holder is not None:
-            axes = tuple(i for i, c in enumerate(self.cliques[holder]) if c not in ordered)
-            log_p = _logsumexp(self.log_marginals[holder], axes)
-        else:
-            log_p = self._eliminate(ordered)
-        counts = self.total * np.exp(log_p)
+        counts = self.total * self._probabilities(ordered)
         return np.transpose(counts, [ordered.index(c) for c in columns])
 
+    def _probabilities(self, keep: Columns) -> np.ndarray:
+        """The model's probabilities on ``keep`` (domain order): a sum over the smallest clique holding
+        them, else variable elimination on the cliques' marginals."""
+        wanted = set(keep)
+        holders = [i for i, c in enumerate(self._sets) if wanted <= c]
+        if holders:
+            return self._sum(min(holders, key=lambda i: self.potentials[i].size), keep, share=False)
+        return self._eliminate(keep)
+
+    def _sum(self, clique: int, columns: Columns, *, share: bool = True) -> np.ndarray:
+        """Clique ``clique``'s marginal summed onto ``columns`` (domain order).
+
+        With ``share``, kept for reuse until the marginals change (the sums that eliminations
+        share: separators and clique parts), up to one model's worth of cells.
+        """
+        key = (clique, columns)
+        if key in self._sums:
+            return self._sums[key]
+        axes = tuple(k for k, c in enumerate(self.cliques[clique]) if c not in columns)
+        if not axes:
+            return self.marginals[clique]  # the marginal itself (never written to), nothing to keep
+        summed = np.add.reduce(self.marginals[clique], axis=axes)
+        if share and self._sum_cells + summed.size <= sum(p.size for p in self.potentials):
+            self._sums[key] = summed
+            self._sum_cells += summed.size
+        return summed
+
     def _eliminate(self, keep: Columns) -> np.ndarray:
-        """Log-probabilities on ``keep`` (spread over several cliques) by variable elimination.
+        """Probabilities on ``keep`` (spread over several cliques) by variable elimination.
 
         Only the smallest subtree whose cliques cover ``keep`` takes part: on it the model
         factorises as the product of its clique marginals over the product of its separators'.
+        Each clique's marginal enters summed onto the columns that matter (``keep``'s and its
+        separators in the subtree): a column in no separator is in no other factor.
         """
-        needed = {next(i for i, c in enumerate(self.cliques) if column in c) for column in keep}
-        tree = {i: set() for i in range(len(self.cliques))}
-        for i, j in self.edges:
-            tree[i].add(j)
-            tree[j].add(i)
-        # Prune leaves that are not needed until only the connecting subtree is left; cliques
-        # in other trees of the forest fall away too (they hold none of keep's columns, or
-        # are needed and then independent).
+        tree = self._covering_subtree(set(keep))
+        factors = []
+        for i, neighbours in tree.items():
+            needed = set(keep).union(*(self._sets[i] & self._sets[j] for j in neighbours))
+            columns = self._ordered(self._sets[i] & needed)
+            factors.append((("sum", i, columns), columns, self._sum(i, columns)))
+        for a, b in {(min(i, j), max(i, j)) for i in tree for j in tree[i]}:
+            separator = self._ordered(self._sets[a] & self._sets[b])
+            if (a, b) not in self._inverses:
+                summed = self._sum(a, separator)
+                # Where a separator has probability 0, so have both cliques' cells: 0 / 0 counts as 0.
+                self._inverses[(a, b)] = np.divide(1.0, summed, out=np.zeros_like(summed), where=summed > 0)
+            factors.append((("inverse", a, b), separator, self._inverses[(a, b)]))
+        if len({c for _, columns, _ in factors for c in columns}) <= _EINSUM_LABELS:
+            return self._contract(factors, keep)
+        factors = [(columns, values) for _, columns, values in factors]
+        drop = {c for columns, _ in factors for c in columns} - set(keep)
+        while drop:
+            column = min(drop, key=lambda c: (self._union_cells([f for f in factors if c in f[0]]), c))
+            touching = [f for f in factors if column in f[0]]
+            factors = [f for f in factors if column not in f[0]]
+            joined, values = self._product(touching)
+            factors.append((tuple(c for c in joined if c != column), values.sum(axis=joined.index(column))))
+            drop.remove(column)
+        joined, values = self._product(factors)
+        return values / values.sum()
+
+    def _contract(self, factors: list, keep: Columns) -> np.ndarray:
+        """The product of ``factors`` ((key, columns, values), the key naming how the values were
+        made) summed onto ``keep`` (normalised), two factors at a time.
+
+        Each step joins the two factors whose result is smallest, summing out at once every
+        column no other factor and not ``keep`` holds (np.einsum on two operands: a batched
+        matrix product), so no array larger than a step's inputs and output is made. Joins are
+        kept by key until the marginals change: projections in one round share their first steps.
+        """
+        involved = self._ordered({c for _, columns, _ in factors for c in columns})
+        label = {c: k for k, c in enumerate(involved)}
+        factors = list(factors)
+        while len(factors) > 1:
+            count = collections.Counter(c for _, columns, _ in factors for c in columns)
+            best = None
+            for x, y in itertools.combinations(range(len(factors)), 2):
+                cx, cy = factors[x][1], factors[y][1]
+                out = {c for c in {*cx, *cy} if c in keep or count[c] > (c in cx) + (c in cy)}
+                cells = math.prod(self.domain[c] for c in out)
+                if best is None or cells < best[0]:
+                    best = (cells, x, y, out)
+            _, x, y, out = best
+            (ka, ca, a), (kb, cb, b) = factors[x], factors[y]
+            out = self._ordered(out)
+            key = ("join", frozenset((ka, kb)), out)
+            joined = self._joins.get(key)
+            if joined is None:
+                if set(out) == set(ca) | set(cb):  # nothing summed out: a broadcast product (einsum is slow at it)
+                    joined = self._aligned(a, ca, out) * self._aligned(b, cb, out)
+                else:
+                    la, lb, lo = ([label[c] for c in columns] for columns in (ca, cb, out))
+                    joined = np.einsum(a, la, b, lb, lo, optimize=True)
+                if self._join_cells + joined.size <= sum(p.size for p in self.potentials):
+                    self._joins[key] = joined
+                    self._join_cells += joined.size
+            factors = [f for k, f in enumerate(factors) if k not in (x, y)] + [(key, out, joined)]
+        _, columns, values = factors[0]
+        axes = tuple(k for k, c in enumerate(columns) if c not in keep)
+        values = values.sum(axis=axes) if axes else values
+        return values / values.sum()
+
+    def _covering_subtree(self, keep: set[str]) -> dict[int, set[int]]:
+        """The fewest cliques, connected in the tree, that hold every column of ``keep``.
+
+        Leaves whose ``keep`` columns their one neighbour also holds are pruned until none is
+        left; by running intersection a column a leaf shares with the rest is in that neighbour.
+        Cliques in other trees of the forest fall away (they hold none of keep's columns, or
+        are kept and then independent of the rest).
+        """
+        tree = {i: set(j) for i, j in self._adjacent.items()}
         pruning = True
         while pruning:
             pruning = False
             for i in list(tree):
-                if i not in needed and len(tree[i]) <= 1:
+                neighbours = tree[i]
+                mine = keep & self._sets[i]
+                if len(tree) > 1 and (
+                    (not neighbours and not mine)
+                    or (len(neighbours) == 1 and mine <= self._sets[next(iter(neighbours))])
+                ):
                     for j in tree.pop(i):
                         tree[j].discard(i)
                     pruning = True
-        factors = [(self.cliques[i], self.log_marginals[i]) for i in tree]
-        edges = {(min(i, j), max(i, j)) for i in tree for j in tree[i]}
-        for a, b in edges:
-            separator = self._ordered(set(self.cliques[a]) & set(self.cliques[b]))
-            axes = tuple(k for k, c in enumerate(self.cliques[a]) if c not in separator)
-            factors.append((separator, -_logsumexp(self.log_marginals[a], axes)))
-        drop = {c for columns, _ in factors for c in columns} - set(keep)
-        while drop:
-            column = min(drop, key=lambda c: self._union_cells([f for f in factors if c in f[0]]))
-            touching = [f for f in factors if column in f[0]]
-            factors = [f for f in factors if column not in f[0]]
-            joined, log_values = self._product(touching)
-            factors.append((tuple(c for c in joined if c != column), _logsumexp(log_values, (joined.index(column),))))
-            drop.remove(column)
-        joined, log_values = self._product(factors)
-        return log_values - _logsumexp(log_values, tuple(range(log_values.ndim)))
+        return tree
 
     def _union_cells(self, factors: list) -> int:
         return math.prod(self.domain[c] for c in {c for columns, _ in factors for c in columns})
 
     def _product(self, factors: list) -> tuple[Columns, np.ndarray]:
         joined = self._ordered({c for columns, _ in factors for c in columns})
-        total = np.zeros(self._shape(joined))
-        for columns, log_values in factors:
-            total = total + self._aligned(log_values, columns, joined)
+        total = np.ones(self._shape(joined))
+        for columns, values in factors:
+            total = total * self._aligned(values, columns, joined)
         return joined, total
 
     # -- estimation -------------------------------------------------------------------
-    def fit(self, measurements: Sequence[Measurement], *, iterations: int = 500) -> None:
+    def fit(self, measurements: Sequence[Measurement], *, iterations: int = 500, tolerance: float = 0.0) -> None:
         """Mirror descent on the squared error to ``measurements``, from the current potentials.
 
+        At most ``iterations`` steps; fewer when the last ``_WINDOW`` steps lowered the loss by
+        less than ``tolerance`` each on average. The loss is the measurements' negative Gaussian
+        log-likelihood (up to a constant), so ``tolerance`` is in nats: 1 stops once a step gains
+        less than a likelihood ratio of e, a difference the measurements' noise cannot tell apart.
+        0 (the default) runs every iteration.
+
+        Measurements of the same columns act as one, at their inverse-variance weighted mean
+        (the loss differs by a constant, the gradient not at all). Each measured marginal is
+        summed from the smallest measured one holding it, and the gradient gathered the same
+        way, so a clique is swept once per measured set that no other measured set holds.
         Memory: a few arrays of each measured clique's size, and the measurements themselves;
         never one clique-sized array per measurement.
         """
-        # Per measured clique, for each of its measurements: the clique's axes to sum out (both
-        # in domain order, so the sum is aligned with the measurement), and its shape inside the clique.
-        plan: dict[int, list[tuple[tuple[int, ...], np.ndarray, float, list[int]]]] = {}
-        for m in measurements:
-            holder = self.clique_holding(m.columns)
-            if holder is None:
-                raise ValueError(f"measurement {m.columns} lies in no clique of the model")
-            clique = self.cliques[holder]
-            summed = tuple(i for i, c in enumerate(clique) if c not in m.columns)
-            inside = [self.domain[c] if c in m.columns else 1 for c in clique]
-            plan.setdefault(holder, []).append((summed, m.values, 1.0 / m.sigma**2, inside))
-        holders = sorted(plan)
+        terms, constant = self._terms(measurements)
+        holders = sorted({t.holder for t in terms})
 
-        def loss_and_gradient(log_marginals: list[np.ndarray]) -> tuple[float, dict, dict]:
-            """The loss, its gradient in each measured clique's counts, and those counts."""
-            counts = {h: self.total * np.exp(log_marginals[h]) for h in holders}
-            loss, gradient = 0.0, {}
-            for h in holders:
-                gradient[h] = np.zeros(counts[h].shape)
-                for summed, values, weight, inside in plan[h]:
-                    residual = np.add.reduce(counts[h], axis=summed) - values
-                    weighted = weight * residual
-                    loss += 0.5 * float((weighted * residual).sum())
-                    gradient[h] += weighted.reshape(inside)
-            return loss, gradient, counts
+        def evaluate(marginals: list[np.ndarray]) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
+            """The loss, each term's weighted residual (its gradient in the term's counts), its counts."""
+            summed: list[np.ndarray | None] = [None] * len(terms)
+            for k, t in enumerate(terms):  # the largest first: each sums from its source
+                source = marginals[t.holder] if t.source is None else summed[t.source]
+                summed[k] = np.add.reduce(source, axis=t.axes) if t.axes else source
+            loss, weighted, counts = constant, [], []
+            for t, probabilities in zip(terms, summed, strict=True):
+                residual = self.total * probabilities - t.target
+                loss += 0.5 * t.weight * float((residual * residual).sum())
+                weighted.append(t.weight * residual)
+                counts.append(self.total * probabilities)
+            return loss, weighted, counts
 
-        theta, mu = self.potentials, self.log_marginals
-        loss, gradient, counts = loss_and_gradient(mu)
+        def gradient(weighted: list[np.ndarray]) -> dict[int, np.ndarray]:
+            """The loss's gradient in each measured clique's counts: each term's part spread over its source."""
+            gathered, out = list(weighted), {}
+            for k in reversed(range(len(terms))):  # the smallest first: each adds into its source
+                t = terms[k]
+                if t.source is None:
+                    if t.holder not in out:
+                        out[t.holder] = np.zeros(self.potentials[t.holder].shape)
+                    out[t.holder] += gathered[k].reshape(t.inside)
+                else:
+                    gathered[t.source] = gathered[t.source] + gathered[k].reshape(t.inside)
+            return out
+
+        theta = self.potentials
+        loss, weighted, counts = evaluate(self.marginals)
+        marginals, grad = self.marginals, gradient(weighted)
         # Step: grow slowly while the Armijo condition holds, halve (and retry) when it fails;
         # kept between fits, since a refit after one more measurement needs a similar step.
         smallest = 1.0 / (self.total * sum(1.0 / m.sigma**2 for m in measurements))
         step = max(self._step or smallest, smallest)
+        history = [loss]
         for _ in range(iterations):
+            if len(history) > _WINDOW and history[-1 - _WINDOW] - history[-1] < _WINDOW * tolerance:
+                break
             trial = list(theta)
             for h in holders:
-                trial[h] = theta[h] - step * gradient[h]
-            trial_mu = self._calibrate(trial)
-            trial_loss, trial_gradient, trial_counts = loss_and_gradient(trial_mu)
-            decrease = sum(float((gradient[h] * (counts[h] - trial_counts[h])).sum()) for h in holders)
+                trial[h] = np.multiply(grad[h], -step)
+                trial[h] += theta[h]
+            trial_marginals = self._calibrate(trial)
+            trial_loss, trial_weighted, trial_counts = evaluate(trial_marginals)
+            # <gradient, counts - trial counts> over the cliques, taken in each term's own cells
+            decrease = sum(float((w * (c - d)).sum()) for w, c, d in zip(weighted, counts, trial_counts, strict=True))
             if loss - trial_loss >= 0.5 * step * decrease:
-                theta, mu, loss, gradient, counts = trial, trial_mu, trial_loss, trial_gradient, trial_counts
+                theta, marginals, loss, weighted, counts = (
+                    trial,
+                    trial_marginals,
+                    trial_loss,
+                    trial_weighted,
+                    trial_counts,
+                )
+                grad = gradient(weighted)
                 step *= 1.01
             else:
                 step *= 0.5
                 if step < 1e-6 * smallest:  # no step lowers the loss: a minimum, up to rounding
                     break
+            history.append(loss)
         self._step = step
-        self.potentials, self.log_marginals = theta, mu
+        self.potentials, self.marginals = theta, marginals
+
+    def _terms(self, measurements: Sequence[Measurement]) -> tuple[list[_Term], float]:
+        """The loss's terms, one per measured column set, largest first, and the loss's constant part.
+
+        The measurements y_i (weights w_i = 1 / sigma_i^2) of one set give
+        sum_i w_i ||x - y_i||^2 / 2 = W ||x - ybar||^2 / 2 + (sum_i w_i ||y_i||^2 - W ||ybar||^2) / 2,
+        with W = sum_i w_i and ybar = sum_i w_i y_i / W.
+        """
+        grouped: dict[Columns, list[Measurement]] = {}
+        for m in measurements:
+            if self.clique_holding(m.columns) is None:
+                raise ValueError(f"measurement {m.columns} lies in no clique of the model")
+            grouped.setdefault(m.columns, []).append(m)
+        constant, combined = 0.0, {}
+        for columns, group in grouped.items():
+            weights = [1.0 / m.sigma**2 for m in group]
+            weight = math.fsum(weights)
+            target = group[0].values
+            if len(group) > 1:
+                target = sum(w * m.values for w, m in zip(weights, group, strict=True)) / weight
+            constant += 0.5 * (sum(w * float((m.values**2).sum()) for w, m in zip(weights, group, strict=True))
+                               - weight * float((target**2).sum()))  # fmt: skip
+            combined[columns] = (weight, target)
+        order = sorted(combined, key=lambda c: (-math.prod(self._shape(c)), -len(c), c))
+        terms: list[_Term] = []
+        for columns in order:
+            holder = self.clique_holding(columns)
+            # the smallest set already listed (so larger) in the same clique that holds this one
+            sources = [k for k, t in enumerate(terms) if t.holder == holder and set(columns) < set(t.columns)]
+            source = min(sources, key=lambda k: terms[k].target.size) if sources else None
+            within = self.cliques[holder] if source is None else terms[source].columns
+            axes = tuple(i for i, c in enumerate(within) if c not in columns)
+            inside = tuple(self.domain[c] if c in columns else 1 for c in within)
+            weight, target = combined[columns]
+            terms.append(_Term(columns, holder, source, axes, inside, weight, target))
+        return terms, constant
 
     def extended(self, column_sets: Sequence[Sequence[str]]) -> GraphicalModel:
         """A model whose cliques hold this one's and ``column_sets``, starting from this one's potentials.
@@ -285,7 +516,7 @@ class GraphicalModel:
             model.potentials[holder] = model.potentials[holder] + model._aligned(
                 potential, clique, model.cliques[holder]
             )
-        model.log_marginals = model._calibrate(model.potentials)
+        model.marginals = model._calibrate(model.potentials)
         return model
 
     # -- sampling ---------------------------------------------------------------------
@@ -297,7 +528,7 @@ class GraphicalModel:
             clique = self.cliques[i]
             given = self._ordered(set(clique) & set(self.cliques[parents[i]])) if i in parents else ()
             free = tuple(c for c in clique if c not in given)
-            probabilities = np.exp(self.log_marginals[i])
+            probabilities = self.marginals[i]
             probabilities = np.moveaxis(probabilities, [clique.index(c) for c in given], range(len(given)))
             table = probabilities.reshape(math.prod(self._shape(given)), -1)
             condition = (
@@ -322,7 +553,10 @@ def _draw_rows(table: np.ndarray, condition: np.ndarray, source: RandomSource) -
 
 
 def _logsumexp(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """log(sum(exp(values))) over ``axes``, each slice shifted by its largest value (exp in place)."""
     if not axes:
         return values
     top = values.max(axis=axes, keepdims=True)
-    return np.log(np.exp(values - top).sum(axis=axes)) + np.squeeze(top, axis=axes)
+    shifted = np.subtract(values, top)
+    np.exp(shifted, out=shifted)
+    return np.log(np.add.reduce(shifted, axis=axes)) + np.squeeze(top, axis=axes)

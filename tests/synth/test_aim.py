@@ -68,7 +68,14 @@ def test_one_way_marginals_over_the_cap_are_refused_before_any_count_is_read():
 
 @pytest.mark.parametrize(
     "change,message",
-    [({"rho": 0}, "rho"), ({"rho": float("nan")}, "rho"), ({"max_rows": 0}, "max_rows"), ({"rounds": -1}, "rounds")],
+    [
+        ({"rho": 0}, "rho"),
+        ({"rho": float("nan")}, "rho"),
+        ({"max_rows": 0}, "max_rows"),
+        ({"rounds": -1}, "rounds"),
+        ({"tolerance": -1.0}, "tolerance"),
+        ({"final_tolerance": float("nan")}, "final_tolerance"),
+    ],
 )
 def test_bad_arguments(change, message):
     batch, domain = load("nltcs", 3)

@@ -10,6 +10,7 @@ import pytest
 from sampling import assert_follows
 
 from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.synth import graphical_model
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, junction_tree
 
 DOMAIN = {"a": 2, "b": 3, "c": 2, "d": 4, "e": 2, "f": 3}
@@ -27,8 +28,8 @@ def brute_force_joint(model: GraphicalModel) -> np.ndarray:
     return p / p.sum()
 
 
-def joint_marginal(joint: np.ndarray, columns: tuple) -> np.ndarray:
-    names = list(DOMAIN)
+def joint_marginal(joint: np.ndarray, columns: tuple, domain: dict = DOMAIN) -> np.ndarray:
+    names = list(domain)
     summed = joint.sum(axis=tuple(i for i, c in enumerate(names) if c not in columns))
     kept = [c for c in names if c in columns]
     return np.transpose(summed, [kept.index(c) for c in columns])
@@ -38,7 +39,7 @@ def random_model(seed: int) -> GraphicalModel:
     model = GraphicalModel(DOMAIN, SETS, total=1000.0)
     rng = np.random.default_rng(seed)
     model.potentials = [rng.normal(0, 1.5, p.shape) for p in model.potentials]
-    model.log_marginals = model._calibrate(model.potentials)
+    model.marginals = model._calibrate(model.potentials)
     return model
 
 
@@ -69,6 +70,38 @@ def test_every_marginal_is_exact_inside_and_across_cliques(seed):
             np.testing.assert_allclose(model.project(columns), 1000 * joint_marginal(joint, columns), rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed,labels", [(11, 52), (12, 52), (13, 52), (11, 0)])
+def test_projections_from_the_calibrated_marginals_match_the_full_joint_on_a_wider_model(seed, labels, monkeypatch):
+    """Eight columns, eight random 3-way sets: several cliques, fill-in, candidates across 2-4 cliques
+    (labels 0: the elimination for more columns than np.einsum can label, one column at a time)."""
+    monkeypatch.setattr(graphical_model, "_EINSUM_LABELS", labels)
+    rng = np.random.default_rng(seed)
+    domain = {f"x{i}": int(k) for i, k in enumerate(rng.integers(2, 5, 8))}
+    sets = [tuple(rng.choice(list(domain), 3, replace=False)) for _ in range(8)]
+    model = GraphicalModel(domain, sets, total=500.0)
+    assert len(model.cliques) >= 3
+    model.potentials = [rng.normal(0, 2.0, p.shape) for p in model.potentials]
+    model.marginals = model._calibrate(model.potentials)
+    joint = brute_force_joint(model)
+    for clique, marginal in zip(model.cliques, model.marginals, strict=True):
+        np.testing.assert_allclose(marginal, joint_marginal(joint, clique, domain), rtol=1e-9, atol=1e-15)
+    across = 0
+    for columns in itertools.combinations(domain, 3):
+        across += model.clique_holding(columns) is None
+        expected = 500.0 * joint_marginal(joint, columns[::-1], domain)
+        np.testing.assert_allclose(model.project(columns[::-1]), expected, rtol=1e-9, atol=1e-12)
+    assert across > 0  # some marginals needed elimination
+
+
+def test_extreme_potentials_give_finite_marginals():
+    model = random_model(8)
+    model.potentials = [p * 2000 for p in model.potentials]  # log-probabilities far below e^-745
+    model.marginals = model._calibrate(model.potentials)
+    for columns in [("a",), ("a", "c"), ("b", "e", "f"), ("a", "d", "e")]:
+        counts = model.project(columns)
+        assert np.isfinite(counts).all() and abs(counts.sum() - 1000.0) < 1e-6
+
+
 def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
     truth = random_model(4)  # its cliques' marginals pin down the whole distribution
     measurements = [Measurement(c, truth.project(c), 1.0) for c in truth.cliques]
@@ -76,6 +109,26 @@ def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
     model.fit(measurements, iterations=3000)
     for columns in [*SETS, ("a", "c"), ("b", "e", "f")]:
         np.testing.assert_allclose(model.project(columns), truth.project(columns), atol=0.05)
+
+
+def test_fit_stops_once_its_steps_gain_less_than_the_tolerance(monkeypatch):
+    truth = random_model(9)
+    rng = np.random.default_rng(10)
+    measurements = [Measurement(c, truth.project(c) + rng.normal(0, 5.0, truth.project(c).shape), 5.0) for c in SETS]
+    steps = []
+    calibrate = GraphicalModel._calibrate
+    monkeypatch.setattr(GraphicalModel, "_calibrate", lambda self, p: steps.append(1) or calibrate(self, p))
+    full, early = GraphicalModel(DOMAIN, SETS, total=1000.0), GraphicalModel(DOMAIN, SETS, total=1000.0)
+    full.fit(measurements, iterations=400)
+    ran_full, steps[:] = len(steps), []
+    early.fit(measurements, iterations=400, tolerance=0.01)
+    assert len(steps) < ran_full
+
+    def loss(model):
+        return sum(((model.project(m.columns) - m.values) ** 2).sum() / (2 * m.sigma**2) for m in measurements)
+
+    assert loss(early) - loss(full) < 400 * 0.01  # what the steps it skipped could at most have gained at that rate
+    assert loss(early) < loss(GraphicalModel(DOMAIN, SETS, total=1000.0))
 
 
 def test_fit_refuses_a_measurement_outside_the_model():
