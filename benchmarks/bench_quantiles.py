@@ -57,11 +57,11 @@ def main() -> None:
     if not os.path.exists(path):
         pq.write_table(pa.table({"x": values(args.rows)}), path, row_group_size=1 << 20)
     python = sys.executable
-    numpy_seconds, numpy_rss = timed([python, "-m", "benchmarks.bench_quantiles", "--numpy-median", path])
+    numpy_seconds, numpy_rss = timed([python, "-m", "benchmarks.bench_quantiles", "--numpy-median", path], warm=path)
     pipeline = [python, "-m", "pipelines.quantiles", "--input", path, "--column", "x", "--lower", str(LOWER),
                 "--upper", str(UPPER), "--quantiles", "0.5", "--epsilon", "1", "--bins", str(BINS),
                 "--output", os.path.join(args.workdir, "median.json")]  # fmt: skip
-    seconds, rss = timed(pipeline)
+    seconds, rss = timed(pipeline, warm=path)
     print(f"{'rows':>12} {'job':<36} {'seconds':>8} {'peak RSS MB':>12} {'vs numpy':>9}")
     for name, wall, peak in [
         ("numpy np.quantile, not private", numpy_seconds, numpy_rss),
