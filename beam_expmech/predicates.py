@@ -98,18 +98,22 @@ def _with_candidates(batch: pa.RecordBatch, columns: Sequence[str], codes: np.nd
     return batch.drop_columns(list(columns)).append_column(CANDIDATE, pa.array(codes.astype(kind)))
 
 
-class CandidateIndex(_OneCandidatePerRow):
-    """``family``'s counts from the rows its ``compact_rows`` made: the candidate index of each row is
-    in column CANDIDATE. Same candidates, labels, contribution and monotonicity as ``family``."""
+class _CountsOfCompactRows(PredicateFamily):
+    """A family that counts what ``original.compact_rows`` made (column CANDIDATE) as ``original`` counts
+    its rows: the same candidates, labels, contribution and monotonicity."""
 
-    def __init__(self, family: _OneCandidatePerRow):
-        self.family = family
+    def __init__(self, original: PredicateFamily):
+        self.original = original
         self.columns = (CANDIDATE,)
-        self.num_candidates = family.num_candidates
-        self.contribution, self.monotonic = family.contribution, family.monotonic
+        self.num_candidates = original.num_candidates
+        self.contribution, self.monotonic = original.contribution, original.monotonic
 
     def labels(self, indices: Sequence[int]) -> list[str]:
-        return self.family.labels(indices)
+        return self.original.labels(indices)
+
+
+class CandidateIndex(_CountsOfCompactRows, _OneCandidatePerRow):
+    """A one-candidate-a-row family's counts from its compact rows: each row's candidate index."""
 
     def candidate_of(self, batch: pa.RecordBatch) -> np.ndarray:
         return batch.column(CANDIDATE).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -294,26 +298,17 @@ class MarginalWorkload(PredicateFamily):
         }
 
 
-class JointCellWorkload(PredicateFamily):
-    """``workload``'s counts from the rows its ``compact_rows`` made (each row's joint cell over all the
-    workload's columns, column CANDIDATE): one histogram of the joint cells a batch, each marginal a sum
-    of it over the other columns. Same candidates, labels and contribution as ``workload``."""
-
-    def __init__(self, workload: MarginalWorkload):
-        self.workload, self.joint = workload, workload.joint
-        self.columns = (CANDIDATE,)
-        self.num_candidates = workload.num_candidates
-        self.contribution, self.monotonic = workload.contribution, workload.monotonic
-
-    def labels(self, indices: Sequence[int]) -> list[str]:
-        return self.workload.labels(indices)
+class JointCellWorkload(_CountsOfCompactRows):
+    """A marginal workload's counts from its compact rows (each row's joint cell over all the workload's
+    columns): one histogram of the joint cells a batch, each marginal a sum of it over the other columns."""
 
     def count(self, batch: pa.RecordBatch) -> np.ndarray:
         cells = batch.column(CANDIDATE).to_numpy(zero_copy_only=False).astype(np.int64)
-        joint = np.bincount(cells, minlength=self.joint.num_candidates).reshape(self.joint.domains)
-        columns = self.joint.columns
+        joint_cells = self.original.joint
+        joint = np.bincount(cells, minlength=joint_cells.num_candidates).reshape(joint_cells.domains)
+        columns = joint_cells.columns
         counts = []
-        for marginal in self.workload.marginals:
+        for marginal in self.original.marginals:
             summed = joint.sum(axis=tuple(i for i, c in enumerate(columns) if c not in marginal))
             kept = [c for c in columns if c in marginal]  # the axes left, in the joint's order
             counts.append(np.transpose(summed, [kept.index(c) for c in marginal]).ravel())
