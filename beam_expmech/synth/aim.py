@@ -271,7 +271,10 @@ def scores(candidates, weights, truth, model: GraphicalModel, *, sigma: float, m
     """
     values = []
     for r in candidates:
-        model_counts = np.rint(model.project(r).ravel() * 2.0**_FIXED).astype(np.int64)  # public
+        # Public, and made safe as public values may be: a NaN or inf of the model would cast to INT64_MIN and
+        # wrap the error below, whose sensitivity then holds no more (review 8). Counts up to 2^42 stay exact.
+        projected = np.nan_to_num(model.project(r).ravel(), nan=0.0, posinf=0.0, neginf=0.0)
+        model_counts = np.rint(np.clip(projected, 0.0, 2.0**42) * 2.0**_FIXED).astype(np.int64)
         error = int(np.abs(truth[r].ravel() * 2**_FIXED - model_counts).sum(dtype=object))
         bias = round(math.sqrt(2 / math.pi) * sigma * truth[r].size * 2**_FIXED)  # public
         values.append(weights[r] * (error - bias))

@@ -291,8 +291,10 @@ class GraphicalModel:
             separator = self._ordered(self._sets[a] & self._sets[b])
             if (a, b) not in self._inverses:
                 summed = self._sum(a, separator)
-                # Where a separator has probability 0, so have both cliques' cells: 0 / 0 counts as 0.
-                self._inverses[(a, b)] = np.divide(1.0, summed, out=np.zeros_like(summed), where=summed > 0)
+                # Where a separator has probability 0, so have both cliques' cells: 0 / 0 counts as 0. So does a
+                # subnormal one, whose inverse would overflow to inf and, times a 0, make the projection NaN (review 8).
+                tiny = np.finfo(np.float64).tiny
+                self._inverses[(a, b)] = np.divide(1.0, summed, out=np.zeros_like(summed), where=summed >= tiny)
             factors.append((("inverse", a, b), separator, self._inverses[(a, b)]))
         if len({c for _, columns, _ in factors for c in columns}) <= _EINSUM_LABELS:
             return self._contract(factors, keep)

@@ -230,6 +230,13 @@ MUTANTS = [
         (f"{INPUT}[outside_candidates]",),
     ),
     Mutant(
+        "AIM scores a projection that is not finite (NaN wraps the error: review 8)",
+        "beam_expmech/synth/aim.py",
+        "projected = np.nan_to_num(model.project(r).ravel(), nan=0.0, posinf=0.0, neginf=0.0)",
+        "projected = model.project(r).ravel()",
+        ("tests/synth/test_aim.py::test_a_model_that_is_not_finite_leaves_the_scores_within_their_sensitivity",),
+    ),
+    Mutant(
         "bounding keeps L + 1 keys per unit",
         "beam_expmech/transforms/bounding.py",
         "kept_pair = _key_ranks(pair_unit, pair_priority, pair_key, keys.dictionary, max_keys) < max_keys",

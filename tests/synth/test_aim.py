@@ -10,7 +10,7 @@ import pytest
 from public_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
-from beam_expmech.synth.aim import aim, check_parameters
+from beam_expmech.synth.aim import aim, check_parameters, scores
 from beam_expmech.synth.baselines import independent_marginals
 from beam_expmech.synth.graphical_model import GraphicalModel
 
@@ -85,3 +85,21 @@ def test_bad_arguments(change, message):
         aim({}, domain, rho=0.1)
     with pytest.raises(ValueError, match="does not match"):
         aim({("bathing",): np.zeros(3, int)}, domain, rho=0.1)
+
+
+class _BrokenModel:
+    """A model whose projections are not finite (what review 8 found a subnormal separator could make)."""
+
+    def project(self, columns):
+        return np.array([np.nan, np.inf, -np.inf, 5.0])
+
+
+def test_a_model_that_is_not_finite_leaves_the_scores_within_their_sensitivity():
+    """Review 8: NaN cast to INT64_MIN and wrapped the error, so two neighbouring truths' scores were 2^64
+    apart under a sensitivity of 2^20. The public projection is made finite first (post-processing)."""
+    candidates, weights = [("a", "b")], {("a", "b"): 1}
+    truth = {("a", "b"): np.array([0, 1, 2, 3], np.int64)}
+    neighbour = {("a", "b"): np.array([1, 1, 2, 3], np.int64)}  # one more row
+    before, sensitivity = scores(candidates, weights, truth, _BrokenModel(), sigma=1.0, max_rows=1)
+    after, _ = scores(candidates, weights, neighbour, _BrokenModel(), sigma=1.0, max_rows=1)
+    assert abs(after[0] - before[0]) <= sensitivity

@@ -102,6 +102,18 @@ def test_extreme_potentials_give_finite_marginals():
         assert np.isfinite(counts).all() and abs(counts.sum() - 1000.0) < 1e-6
 
 
+@pytest.mark.parametrize("depth", [700.0, 712.0, 720.0, 740.0, 800.0])
+def test_a_subnormal_separator_leaves_projections_across_cliques_finite(depth):
+    """Review 8: a separator cell of probability e^-712 (subnormal) had an inverse of inf, and inf * 0 made
+    the projection across the two cliques NaN."""
+    model = GraphicalModel({"a": 2, "b": 2, "c": 2}, [("a", "b"), ("b", "c")], total=1000.0)
+    model.potentials = [np.array([[0.0, -depth], [0.0, -depth]]), np.zeros((2, 2))]
+    model.marginals = model._calibrate(model.potentials)
+    counts = model.project(("a", "c"))
+    assert np.isfinite(counts).all() and abs(counts.sum() - 1000.0) < 1e-6
+    np.testing.assert_allclose(counts, np.full((2, 2), 250.0), rtol=1e-9)
+
+
 def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
     truth = random_model(4)  # its cliques' marginals pin down the whole distribution
     measurements = [Measurement(c, truth.project(c), 1.0) for c in truth.cliques]
