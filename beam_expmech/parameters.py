@@ -22,6 +22,16 @@ def positive_finite(value: object, name: str) -> float:
     return value
 
 
+def non_negative_finite(value: object, name: str) -> float:
+    """``value`` as a float, if it is a real number, finite and >= 0 (a tolerance)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return value
+
+
 def probability(value: object, name: str) -> float:
     """``value`` as a float strictly between 0 and 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < 1:

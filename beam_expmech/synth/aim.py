@@ -116,9 +116,8 @@ def aim(
     sensitivity: refits are post-processing. ``tolerance=0, final_tolerance=0`` gives the old runs.
     """
     rho = parameters.positive_finite(rho, "rho")
-    for value, name in ((tolerance, "tolerance"), (final_tolerance, "final_tolerance")):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+    tolerance = parameters.non_negative_finite(tolerance, "tolerance")
+    final_tolerance = parameters.non_negative_finite(final_tolerance, "final_tolerance")
     check_parameters(domain, list(marginals), rounds=rounds, max_rows=max_rows, max_cells=max_cells)
     check_workload(marginals, domain)
     rounds = rounds or 16 * len(domain)

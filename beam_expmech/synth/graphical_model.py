@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from beam_expmech import parameters
 from beam_expmech.mechanisms.randomness import RandomSource
 
 Columns = tuple[str, ...]
@@ -393,7 +394,7 @@ class GraphicalModel:
         less than ``tolerance`` each on average. The loss is the measurements' negative Gaussian
         log-likelihood (up to a constant), so ``tolerance`` is in nats: 1 stops once a step gains
         less than a likelihood ratio of e, a difference the measurements' noise cannot tell apart.
-        0 (the default) runs every iteration.
+        0 (the default) runs every iteration, the same steps as before the rule up to rounding.
 
         Measurements of the same columns act as one, at their inverse-variance weighted mean
         (the loss differs by a constant, the gradient not at all). Each measured marginal is
@@ -402,6 +403,7 @@ class GraphicalModel:
         Memory: a few arrays of each measured clique's size, and the measurements themselves;
         never one clique-sized array per measurement.
         """
+        tolerance = parameters.non_negative_finite(tolerance, "tolerance")
         terms, constant = self._terms(measurements)
         holders = sorted({t.holder for t in terms})
 
@@ -441,7 +443,7 @@ class GraphicalModel:
         step = max(self._step or smallest, smallest)
         history = [loss]
         for _ in range(iterations):
-            if len(history) > _WINDOW and history[-1 - _WINDOW] - history[-1] < _WINDOW * tolerance:
+            if tolerance and len(history) > _WINDOW and history[-1 - _WINDOW] - history[-1] < _WINDOW * tolerance:
                 break
             trial = list(theta)
             for h in holders:
@@ -480,6 +482,8 @@ class GraphicalModel:
         for m in measurements:
             if self.clique_holding(m.columns) is None:
                 raise ValueError(f"measurement {m.columns} lies in no clique of the model")
+            if tuple(m.columns) != self._ordered(m.columns):  # its counts would be fitted transposed (review 8)
+                raise ValueError(f"measurement {m.columns}: columns must come in the domain's order")
             grouped.setdefault(m.columns, []).append(m)
         constant, combined = 0.0, {}
         for columns, group in grouped.items():

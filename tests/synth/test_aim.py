@@ -75,6 +75,7 @@ def test_one_way_marginals_over_the_cap_are_refused_before_any_count_is_read():
         ({"rounds": -1}, "rounds"),
         ({"tolerance": -1.0}, "tolerance"),
         ({"final_tolerance": float("nan")}, "final_tolerance"),
+        ({"tolerance": True}, "tolerance must be a real number"),  # review 8
     ],
 )
 def test_bad_arguments(change, message):

@@ -177,3 +177,52 @@ def test_sampled_rows_follow_the_model():
     joint = brute_force_joint(model)
     cells = np.ravel_multi_index([rows[c] for c in DOMAIN], list(DOMAIN.values()))
     assert_follows(cells.tolist(), dict(enumerate(joint.ravel())))
+
+
+def test_projections_across_cliques_follow_the_model_through_a_fit_and_an_extension():
+    """Review 8: a cache of sums kept past a fit went unseen, since every other test projects once."""
+    model = random_model(11)
+    rng = np.random.default_rng(12)
+    for columns in [("a", "e"), ("b", "d", "f")]:  # across cliques: filled into the caches
+        model.project(columns)
+    truth = random_model(13)
+    model.fit([Measurement(c, truth.project(c) + rng.normal(0, 1.0, truth.project(c).shape), 1.0) for c in SETS],
+              iterations=50)  # fmt: skip
+    joint = brute_force_joint(model)
+    for columns in [("a", "e"), ("b", "d", "f")]:
+        np.testing.assert_allclose(model.project(columns), 1000.0 * joint_marginal(joint, columns), atol=1e-9)
+    extended = model.extended([("a", "c", "e")])
+    joint = brute_force_joint(extended)
+    for columns in [("a", "e"), ("b", "d", "f"), ("a", "c", "e")]:
+        np.testing.assert_allclose(extended.project(columns), 1000.0 * joint_marginal(joint, columns), atol=1e-9)
+
+
+def test_repeated_measurements_of_one_set_fit_as_their_inverse_variance_weighted_mean():
+    """Review 8: a plain mean in place of the weighted one passed every test. Two measurements of one set
+    with sigmas 1 and 3 fit exactly as one at their weighted mean with sigma 1 / sqrt(1 + 1/9)."""
+    truth = random_model(14)
+    rng = np.random.default_rng(15)
+    noisy = [truth.project(c) + rng.normal(0, 2.0, truth.project(c).shape) for c in SETS]
+    shifted = truth.project(("a", "b")) + 40.0
+    repeated = [
+        *(Measurement(c, y, 1.0) for c, y in zip(SETS, noisy, strict=True)),
+        Measurement(("a", "b"), shifted, 3.0),
+    ]
+    weight = 1.0 + 1.0 / 9.0
+    mean = (noisy[0] + shifted / 9.0) / weight
+    single = [
+        Measurement(("a", "b"), mean, 1.0 / np.sqrt(weight)),
+        *(Measurement(c, y, 1.0) for c, y in zip(SETS[1:], noisy[1:], strict=True)),
+    ]
+    one, two = GraphicalModel(DOMAIN, SETS, total=1000.0), GraphicalModel(DOMAIN, SETS, total=1000.0)
+    one.fit(repeated, iterations=200)
+    two.fit(single, iterations=200)
+    for columns in SETS:
+        np.testing.assert_allclose(one.project(columns), two.project(columns), rtol=1e-6, atol=1e-6)
+
+
+def test_a_measurement_out_of_the_domains_order_is_refused():
+    """Its counts would be fitted transposed (review 8, finding 6)."""
+    model = GraphicalModel(DOMAIN, SETS, total=1000.0)
+    with pytest.raises(ValueError, match="domain's order"):
+        model.fit([Measurement(("b", "a"), np.ones((3, 2)), 1.0)], iterations=1)
