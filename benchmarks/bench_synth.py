@@ -47,7 +47,8 @@ For each table, epsilon and seed: the average and max L1 error over all 3-way ma
 normalised to a probability vector, as pipelines.evaluate_synthetic), scored two ways for every
 generator alike:
   model  the marginals of the generator's fitted model (what sampled rows converge to);
-  rows   the marginals of as many rows as the real table has, sampled i.i.d. from that model;
+  rows   the marginals of as many rows as the real table has, sampled from that model (ours: one
+         systematic sample a parent cell, beam_expmech.synth.sampling; the references: i.i.d.);
 and the seconds of the fit (without the sampling and scoring; after each table, a comment line gives
 the process's peak RSS so far) of
   aim          beam_expmech.synth.aim, rho-zCDP at the rho of (epsilon, delta = 1e-9)

@@ -29,6 +29,7 @@ import numpy as np
 
 from beam_expmech import parameters
 from beam_expmech.mechanisms.randomness import RandomSource
+from beam_expmech.synth.sampling import allocate
 
 Columns = tuple[str, ...]
 _WINDOW = 10  # steps over which fit's stopping rule averages the loss's decrease
@@ -527,7 +528,8 @@ class GraphicalModel:
 
     # -- sampling ---------------------------------------------------------------------
     def sample(self, rows: int, source: RandomSource) -> dict[str, np.ndarray]:
-        """``rows`` rows drawn from the model, clique by clique down the tree (post-processing)."""
+        """``rows`` rows drawn from the model, clique by clique down the tree, each clique's values given its
+        parent's by one systematic sample a parent cell (``sampling.allocate``; post-processing)."""
         out: dict[str, np.ndarray] = {}
         parents = dict(self._schedule)
         for i in [r for r in range(len(self.cliques)) if r not in parents] + [c for c, _ in self._schedule[::-1]]:
@@ -540,22 +542,10 @@ class GraphicalModel:
             condition = (
                 np.ravel_multi_index([out[c] for c in given], self._shape(given)) if given else np.zeros(rows, int)
             )
-            cells = _draw_rows(table, condition, source)
+            cells = allocate(table, condition, source)
             for column, codes in zip(free, np.unravel_index(cells, self._shape(free)), strict=True):
                 out[column] = codes.astype(np.int64)
         return {c: out[c] for c in self.domain}
-
-
-def _draw_rows(table: np.ndarray, condition: np.ndarray, source: RandomSource) -> np.ndarray:
-    """For each row r, a column index drawn from row ``condition[r]`` of ``table`` (normalised per row)."""
-    sums = table.sum(axis=1, keepdims=True)
-    table = np.where(sums > 0, table / np.where(sums > 0, sums, 1), 1.0 / table.shape[1])
-    cdf = np.cumsum(table, axis=1)
-    cdf[:, -1] = 1.0
-    flat = (cdf + np.arange(table.shape[0])[:, None]).ravel()  # row s's cdf shifted to [s, s + 1]
-    uniform = source.uint32(condition.size).astype(np.float64) * 2.0**-32
-    index = np.searchsorted(flat, condition + uniform, side="right")
-    return np.clip(index - condition * table.shape[1], 0, table.shape[1] - 1)
 
 
 def _logsumexp(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:

@@ -36,6 +36,7 @@ from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
+from beam_expmech.synth.sampling import allocate
 
 _FIXED = 30  # model probabilities as integers in units of 2^-30 inside the scores
 _UPDATE_PASSES = 5
@@ -83,12 +84,11 @@ class FactoredModel:
         return len(self.components) - 1
 
     def sample(self, rows: int, source: RandomSource) -> dict[str, np.ndarray]:
-        """``rows`` synthetic rows, column by column (post-processing, OS randomness by default)."""
+        """``rows`` synthetic rows, component by component, each by one systematic sample in a random order
+        (``sampling.allocate``; post-processing, OS randomness by default)."""
         out = {}
         for names, table in self.components:
-            cdf = np.cumsum(table.ravel())
-            uniform = source.uint32(rows).astype(np.float64) * 2.0**-32 * cdf[-1]
-            cells = np.minimum(np.searchsorted(cdf, uniform, side="right"), cdf.size - 1)
+            cells = allocate(table.reshape(1, -1), np.zeros(rows, np.int64), source)
             for name, codes in zip(names, np.unravel_index(cells, table.shape), strict=True):
                 out[name] = codes.astype(np.int64)
         return {c: out[c] for c in self.domain}

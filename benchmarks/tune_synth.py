@@ -1,0 +1,77 @@
+"""AIM's defaults, chosen on half of bench_synth's tables and never on the other half.
+
+    python -m benchmarks.tune_synth [--seeds 3] [--epsilons 1.0,0.3] [--shares 0.25,0.5,0.75] [--rounds 4,8,16,32]
+
+The rule, fixed before any run (2026-12-02, issue 16):
+  * the split: bench_synth's ten tables sorted by their number of rows, the 2nd, 4th, ... tune
+    (``TUNING``: diabetes, anes96, fair, nltcs, payroll) and the 1st, 3rd, ... are only reported
+    (``REPORTED``: penguins, breast_cancer, titanic, randhie, wide). Alternating by size keeps both
+    halves alike in size; this parity keeps the slowest table (wide) out of the grid.
+  * the grid: AIM's share of rho on the 1-way marginals times its rounds per column (rounds = that
+    times the number of columns; the first rounds' budget is the rest of rho over the rounds).
+  * the score of a setting: over (tuning table, epsilon), the median over the seeds of its model's
+    average 3-way error divided by the same for today's defaults, multiplied and rooted (a geometric
+    mean, so that no table's scale dominates). The lowest score wins; a setting within 1% of the
+    defaults' 1.0 does not replace them.
+
+Every setting runs the same seeds. Privacy does not enter: each run is a complete AIM at the given rho.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import numpy as np
+
+from beam_expmech.accounting import epsilon_to_zcdp
+from beam_expmech.synth.aim import aim
+from benchmarks.bench_synth import DELTA, counts, errors, load
+
+TUNING = ["diabetes", "anes96", "fair", "nltcs", "payroll"]
+REPORTED = ["penguins", "breast_cancer", "titanic", "randhie", "wide"]
+DEFAULTS = (0.5, 16)  # (one_way_share, rounds per column) in aim() before this rule ran
+MARGIN = 0.01  # a setting must beat the defaults by this much to replace them
+
+
+def model_error(true: dict, domain: dict[str, int], rho: float, seed: int, share: float, per_column: int) -> float:
+    model = aim(true, domain, rho=rho, rng=seed, one_way_share=share, rounds=per_column * len(domain)).model
+    return errors(true, lambda m: model.project(m) / model.total)[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epsilons", default="1.0,0.3")
+    parser.add_argument("--shares", default="0.25,0.5,0.75")
+    parser.add_argument("--rounds", default="4,8,16,32", help="rounds per column")
+    parser.add_argument("--tables", default=",".join(TUNING))
+    args = parser.parse_args()
+    settings = list(itertools.product(map(float, args.shares.split(",")), map(int, args.rounds.split(","))))
+    if DEFAULTS not in settings:
+        settings.insert(0, DEFAULTS)
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    medians: dict[tuple, dict[tuple, float]] = {s: {} for s in settings}
+    print(f"{'table':<9} {'epsilon':>7} " + " ".join(f"{f'{s:g}/{r}':>8}" for s, r in settings), flush=True)
+    for name in args.tables.split(","):
+        batch, domain = load(name)
+        true = counts(batch, domain, 3)
+        for epsilon in epsilons:
+            rho = epsilon_to_zcdp(epsilon, delta=DELTA)
+            start = time.perf_counter()
+            for setting in settings:
+                runs = [model_error(true, domain, rho, seed, *setting) for seed in range(args.seeds)]
+                medians[setting][name, epsilon] = float(np.median(runs))
+            row = " ".join(f"{medians[s][name, epsilon]:>8.4f}" for s in settings)
+            print(f"{name:<9} {epsilon:>7g} {row}   ({time.perf_counter() - start:.0f} s)", flush=True)
+    base = medians[DEFAULTS]
+    scores = {s: float(np.exp(np.mean([np.log(v / base[k]) for k, v in medians[s].items()]))) for s in settings}
+    print(f"{'score':<17} " + " ".join(f"{scores[s]:>8.4f}" for s in settings))
+    best = min(settings, key=scores.__getitem__)
+    chosen = best if scores[best] < 1 - MARGIN else DEFAULTS
+    print(f"chosen: one_way_share {chosen[0]:g}, rounds {chosen[1]} per column (score {scores[chosen]:.4f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Rows from a model's conditional tables: each row's value follows its table, a group's counts are
+within one row of their expectation, and the values come in a random order."""
+
+from __future__ import annotations
+
+import numpy as np
+from sampling import assert_follows
+from scipy import stats
+
+from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.synth.sampling import allocate
+
+
+def test_each_groups_counts_are_within_one_row_of_their_expectation():
+    rng = np.random.default_rng(1)
+    table = rng.dirichlet(np.ones(7), size=5) * rng.uniform(1, 50, size=(5, 1))  # rows not normalised
+    table[3] = 0.0  # a condition of probability 0 is uniform
+    condition = rng.integers(0, 5, size=10_001)
+    values = allocate(table, condition, random_source(2))
+    assert values.dtype == np.int64 and values.shape == condition.shape
+    for c in range(5):
+        rows = values[condition == c]
+        expected = rows.size * (table[c] / table[c].sum() if table[c].sum() else np.full(7, 1 / 7))
+        assert np.all(np.abs(np.bincount(rows, minlength=7) - expected) < 1)
+
+
+def test_a_rows_value_follows_its_table_whatever_its_place():
+    """The first row of a group, over many draws, follows the table (a systematic sample's first point
+    alone would not: it lies in [0, 1/n))."""
+    table = np.array([[0.5, 0.3, 0.2]])
+    source = random_source(3)
+    firsts = [int(allocate(table, np.zeros(6, np.int64), source)[0]) for _ in range(3000)]
+    assert_follows(firsts, {0: 0.5, 1: 0.3, 2: 0.2})
+
+
+def test_values_come_in_a_random_order_not_the_rows():
+    """Handed out in the rows' order (Private-PGM's "round"), they would rise with the row number and
+    correlate columns the model leaves independent."""
+    values = allocate(np.array([[0.25, 0.25, 0.25, 0.25]]), np.zeros(20_000, np.int64), random_source(4))
+    assert abs(stats.spearmanr(np.arange(values.size), values).statistic) < 0.05
+    codes = allocate(np.full((2, 2), 0.5), np.arange(20_000) % 2, random_source(5))
+    assert abs(np.corrcoef(codes[::2], codes[1::2])[0, 1]) < 0.05  # two groups drawn independently
+
+
+def test_no_rows():
+    assert allocate(np.ones((2, 3)), np.zeros(0, np.int64), random_source(6)).size == 0
