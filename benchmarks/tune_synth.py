@@ -9,18 +9,26 @@ The rule, fixed before any run (2026-12-02, issue 16):
     halves alike in size; this parity keeps the slowest table (wide) out of the grid.
   * the grid: AIM's share of rho on the 1-way marginals times its rounds per column (rounds = that
     times the number of columns; the first rounds' budget is the rest of rho over the rounds).
-  * the score of a setting: over (tuning table, epsilon), the median over the seeds of its model's
-    average 3-way error divided by the same for today's defaults, multiplied and rooted (a geometric
-    mean, so that no table's scale dominates). The lowest score wins; a setting within 1% of the
-    defaults' 1.0 does not replace them.
+  * the rules: a setting for every table, or one for large data and one for small, where small means
+    fewer than z0 rows per unit of the noise a measurement spending all of rho would have (the rows,
+    estimated by AIM from its noisy 1-ways, times sqrt(2 rho) / K), z0 in 30, 100, 300, 1000. A rule's
+    error on a (table, epsilon) is its setting's from the grid, picked by the table's true size (AIM's
+    estimate is within a few rows of it on these tables: a rule near a table's z would be said so).
+  * the score of a rule: over (tuning table, epsilon), the median over the seeds of its model's
+    average 3-way error divided by the same for the old defaults (half of rho on the 1-ways, 16
+    rounds a column), multiplied and rooted (a geometric mean, so that no table's scale dominates).
+    The lowest score wins; a rule within 1% of the old defaults' 1.0 does not replace them.
 
 Every setting runs the same seeds. Privacy does not enter: each run is a complete AIM at the given rho.
+The rule chosen on 2026-12-02 (docs/benchmarks.md): a quarter of rho on the 1-ways, 90% on small data
+(z0 = 300), 4 rounds a column: aim()'s defaults since.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import time
 
 import numpy as np
@@ -32,7 +40,8 @@ from benchmarks.bench_synth import DELTA, counts, errors, load
 TUNING = ["diabetes", "anes96", "fair", "nltcs", "payroll"]
 REPORTED = ["penguins", "breast_cancer", "titanic", "randhie", "wide"]
 DEFAULTS = (0.5, 16)  # (one_way_share, rounds per column) in aim() before this rule ran
-MARGIN = 0.01  # a setting must beat the defaults by this much to replace them
+MARGIN = 0.01  # a rule must beat the old defaults by this much to replace them
+SMALL = [30, 100, 300, 1000]  # z0: rows per unit of noise under which a table is small
 
 
 def model_error(true: dict, domain: dict[str, int], rho: float, seed: int, share: float, per_column: int) -> float:
@@ -54,8 +63,10 @@ def main() -> None:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     medians: dict[tuple, dict[tuple, float]] = {s: {} for s in settings}
     print(f"{'table':<9} {'epsilon':>7} " + " ".join(f"{f'{s:g}/{r}':>8}" for s, r in settings), flush=True)
+    rows = {}
     for name in args.tables.split(","):
         batch, domain = load(name)
+        rows[name] = batch.num_rows
         true = counts(batch, domain, 3)
         for epsilon in epsilons:
             rho = epsilon_to_zcdp(epsilon, delta=DELTA)
@@ -66,11 +77,22 @@ def main() -> None:
             row = " ".join(f"{medians[s][name, epsilon]:>8.4f}" for s in settings)
             print(f"{name:<9} {epsilon:>7g} {row}   ({time.perf_counter() - start:.0f} s)", flush=True)
     base = medians[DEFAULTS]
-    scores = {s: float(np.exp(np.mean([np.log(v / base[k]) for k, v in medians[s].items()]))) for s in settings}
-    print(f"{'score':<17} " + " ".join(f"{scores[s]:>8.4f}" for s in settings))
-    best = min(settings, key=scores.__getitem__)
-    chosen = best if scores[best] < 1 - MARGIN else DEFAULTS
-    print(f"chosen: one_way_share {chosen[0]:g}, rounds {chosen[1]} per column (score {scores[chosen]:.4f})")
+    z = {k: rows[k[0]] * math.sqrt(2 * epsilon_to_zcdp(k[1], delta=DELTA)) for k in base}  # K = 1
+
+    def score(pick) -> float:  # pick: (table, epsilon) -> setting
+        return float(np.exp(np.mean([np.log(medians[pick(k)][k] / base[k]) for k in base])))
+
+    rules = {f"{s:g} / {r} rounds": (lambda k, s=(s, r): s) for s, r in settings}
+    for (low, r), (high, r2), z0 in itertools.product(settings, settings, SMALL):
+        if r == r2 and low < high:
+            rules[f"{low:g}, {high:g} under {z0} / {r} rounds"] = lambda k, a=(low, r), b=(high, r), z0=z0: (
+                b if z[k] < z0 else a
+            )
+    scores = {name: score(pick) for name, pick in rules.items()}
+    for name in sorted(scores, key=scores.__getitem__)[:10]:
+        print(f"{scores[name]:.4f}  {name}")
+    best = min(scores, key=scores.__getitem__)
+    print(f"chosen: {best if scores[best] < 1 - MARGIN else 'the old defaults'} (score {scores[best]:.4f})")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ The generator sees the data only through the true counts of a workload of margin
 touches those only through mechanisms. With at most K rows per privacy unit (L1 and L2
 sensitivity of any marginal: K):
 
-1. a share of rho (half by default, as OpenDP's AIM) measures every 1-way marginal with
-   discrete Gaussian noise;
+1. a share of rho measures every 1-way marginal with discrete Gaussian noise: by default a
+   quarter, and on small data (its size, estimated from those noisy marginals, under
+   ``SMALL_DATA`` times the noise scale K / sqrt(2 rho)) the 1-ways are measured again, to 90% of
+   rho in all, since noisy marginals of more columns would mostly add noise (``one_way_shares``);
 2. each round, the exponential mechanism picks a marginal r from the downward closure of W,
    score w_r (||M_r - N p_r||_1 - sqrt(2/pi) sigma n_r): the model's error on r minus the
    error the measurement's own noise would leave (n_r cells), weighted by
@@ -29,7 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +46,11 @@ from beam_expmech.synth.graphical_model import Columns, GraphicalModel, Measurem
 
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
 _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
+# Defaults chosen on half of the benchmark's tables by benchmarks/tune_synth.py's rule (issue 16):
+ONE_WAY_SHARE = 0.25  # of rho, on the 1-way marginals
+SMALL_DATA_ONE_WAY_SHARE = 0.9  # in all, where the data is small
+SMALL_DATA = 300  # rows per unit of noise (K / sqrt(2 rho)) under which the data is small
+ROUNDS_PER_COLUMN = 4
 _MODEL_COPIES = 16  # model-sized arrays a fit holds (potentials, marginals, their trials, counts, gradients, ...)
 MAX_CELLS = 2_000_000  # of the model
 _LOG = logging.getLogger(__name__)
@@ -63,11 +70,11 @@ def check_parameters(
     when an argument is bad, the 1-way marginals alone exceed ``max_cells``, or the run would
     hold more than ``MAX_MEMORY``: the workload's counts, the true counts of its downward
     closure, a fit's copies of a model of at most ``max_cells`` cells, and one measurement
-    per column and per round (at most ``rounds`` + 1 rounds: each spends at least rho / rounds
-    of the rest), each at most the largest candidate.
+    per column (twice on small data) and per round (at most ``rounds`` + 1 rounds: each spends at
+    least rho / rounds of the rest), each at most the largest candidate.
     """
     cells = workload_cells(domain, workload)
-    rounds = parameters.count(rounds or 16 * len(domain), "rounds")
+    rounds = parameters.count(rounds or ROUNDS_PER_COLUMN * len(domain), "rounds")
     parameters.count(max_rows, "max_rows")
     one_ways = model_cells(domain, [(c,) for c in domain])
     if one_ways > max_cells:
@@ -79,7 +86,7 @@ def check_parameters(
     closure = [math.prod(domain[c] for c in r) for r in _closure_weights([tuple(s) for s in workload], order)]
     model = min(max_cells, math.prod(domain.values()))
     largest = min(max_cells, max(closure))
-    measurements = (len(domain) + rounds + 1) * largest
+    measurements = (2 * len(domain) + rounds + 1) * largest  # the 1-ways at most twice, then the rounds
     arrays = 8 * (sum(cells) + sum(closure) + _MODEL_COPIES * model + measurements) + EXACT_CELL_BYTES * largest
     return check_memory(arrays, "AIM", "use fewer rounds or columns, or smaller domains")
 
@@ -96,18 +103,23 @@ def aim(
     final_iterations: int = 2000,
     tolerance: float = 1.0,
     final_tolerance: float = 0.1,
-    one_way_share: float = 0.5,
+    one_way_share: float | None = None,
     rng: RandomLike = None,
     progress: Callable[[float], None] | None = None,
 ) -> SynthesisResult:
     """Run AIM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
 
-    ``rounds`` (default 16 d) sets the first rounds' budget, rho / rounds each; annealing
-    usually ends the run sooner. Each refit runs at most ``iterations`` steps (the last one
-    ``final_iterations``), and stops sooner once its steps gain less than ``tolerance`` nats of
-    the measurements' log-likelihood each (``final_tolerance`` for the last: the released
-    model); see ``GraphicalModel.fit``. ``progress`` is called with the share of rho spent.
-    Privacy: rho-zCDP with at most ``max_rows`` rows per unit.
+    ``one_way_share`` of rho measures the 1-way marginals; by default (None) the rule of
+    ``one_way_shares``. ``rounds`` (default ``ROUNDS_PER_COLUMN`` d) sets the first rounds' budget,
+    the rest of rho over ``rounds`` each; annealing usually ends the run sooner. Each refit runs
+    at most ``iterations`` steps (the last one ``final_iterations``), and stops sooner once its
+    steps gain less than ``tolerance`` nats of the measurements' log-likelihood each
+    (``final_tolerance`` for the last: the released model); see ``GraphicalModel.fit``.
+    ``progress`` is called with the share of rho spent. Privacy: rho-zCDP with at most
+    ``max_rows`` rows per unit.
+
+    The 1-way shares and the rounds are defaults of 2026-12-02 (until then half of rho and 16 d),
+    chosen on half of the benchmark's tables, never the other half (benchmarks/tune_synth.py).
 
     The tolerances are defaults new on 2026-12-02 (until then every refit ran all its steps), so
     that a 15-column table of UCI Adult's layout runs in minutes (issue 16). They were set from
@@ -116,15 +128,19 @@ def aim(
     sensitivity: refits are post-processing. ``tolerance=0, final_tolerance=0`` gives the old runs.
     """
     rho = parameters.positive_finite(rho, "rho")
+    if one_way_share is not None and not 0 < parameters.positive_finite(one_way_share, "one_way_share") < 1:
+        raise ValueError(f"one_way_share must be strictly between 0 and 1, got {one_way_share!r}")
     tolerance = parameters.non_negative_finite(tolerance, "tolerance")
     final_tolerance = parameters.non_negative_finite(final_tolerance, "final_tolerance")
     check_parameters(domain, list(marginals), rounds=rounds, max_rows=max_rows, max_cells=max_cells)
     check_workload(marginals, domain)
-    rounds = rounds or 16 * len(domain)
+    rounds = rounds or ROUNDS_PER_COLUMN * len(domain)
     weights = _closure_weights(list(marginals), {c: i for i, c in enumerate(domain)})
     run = _AimRun(domain, max_rows, random_source(rng), weights, {r: _marginal_from(marginals, r) for r in weights})
-    run.measure_one_ways(one_way_share * rho, iterations, tolerance)
-    sigma, epsilon = _round_parameters(rho * (1 - one_way_share) / rounds, max_rows)
+    for share in [one_way_share] if one_way_share is not None else one_way_shares(run, rho):
+        run.measure_one_ways(share * rho)
+    run.fit_first_model(iterations, tolerance)
+    sigma, epsilon = _round_parameters((rho - run.spent()) / rounds, max_rows)
     last = False
     while not last:
         spent = run.spent()
@@ -171,8 +187,8 @@ class _AimRun:
         )
         self.measurements.append(Measurement(columns, noisy.astype(np.float64), sigma))
 
-    def measure_one_ways(self, rho: float, iterations: int, tolerance: float) -> None:
-        """Measure every column, ``rho`` in all, and fit the first model to them (post-processing).
+    def measure_one_ways(self, rho: float) -> None:
+        """Measure every column, ``rho`` in all.
 
         Column c gets a share of rho proportional to size_c^(2/3): that minimises the summed
         expected L1 error sum_c size_c sigma_c.
@@ -180,7 +196,10 @@ class _AimRun:
         shares = {c: size ** (2 / 3) for c, size in self.domain.items()}
         for c in self.domain:
             self.measure((c,), self.max_rows * math.sqrt(sum(shares.values()) / (2 * rho * shares[c])))
-        self.model = GraphicalModel(self.domain, [m.columns for m in self.measurements], _total(self.measurements))
+
+    def fit_first_model(self, iterations: int, tolerance: float) -> None:
+        """The model of the 1-way measurements (post-processing; a column measured twice counts twice)."""
+        self.model = GraphicalModel(self.domain, [(c,) for c in self.domain], _total(self.measurements))
         self.model.fit(self.measurements, iterations=iterations, tolerance=tolerance)
 
     def candidates(self, limit: float) -> list[Columns]:
@@ -217,6 +236,20 @@ class _AimRun:
         self.model.total = _total(self.measurements)
         self.model.fit(self.measurements, iterations=iterations, tolerance=tolerance)
         return np.abs(self.model.project(chosen) - before).sum() <= math.sqrt(2 / math.pi) * sigma * before.size
+
+
+def one_way_shares(run: _AimRun, rho: float) -> Iterator[float]:
+    """The default 1-way measurements' shares of rho, each measured before the next is chosen.
+
+    First ``ONE_WAY_SHARE``. Then, where the data's size estimated from those measurements
+    (post-processing) is under ``SMALL_DATA`` times K / sqrt(2 rho) (the noise scale of one
+    measurement that spent all of rho), the 1-ways again, to ``SMALL_DATA_ONE_WAY_SHARE`` in all:
+    on such data a round's noisy marginal of several columns mostly adds noise (tune_synth.py).
+    The choice reads released measurements and public parameters only.
+    """
+    yield ONE_WAY_SHARE
+    if _total(run.measurements) * math.sqrt(2 * rho) < SMALL_DATA * run.max_rows:
+        yield SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE
 
 
 def _total(measurements: list[Measurement]) -> float:

@@ -237,6 +237,13 @@ MUTANTS = [
         ("tests/synth/test_aim.py::test_a_model_that_is_not_finite_leaves_the_scores_within_their_sensitivity",),
     ),
     Mutant(
+        "AIM's small-data rule reads the true size, not the noisy 1-ways",
+        "beam_expmech/synth/aim.py",
+        "if _total(run.measurements) * math.sqrt(2 * rho) < SMALL_DATA * run.max_rows:",
+        "if sum(t.sum() for t in run.truth.values()) * math.sqrt(2 * rho) < SMALL_DATA * run.max_rows:",
+        ("tests/synth/test_aim.py::test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts",),
+    ),
+    Mutant(
         "bounding keeps L + 1 keys per unit",
         "beam_expmech/transforms/bounding.py",
         "kept_pair = _key_ranks(pair_unit, pair_priority, pair_key, keys.dictionary, max_keys) < max_keys",

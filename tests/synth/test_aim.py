@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 import tracemalloc
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from public_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
-from beam_expmech.synth.aim import aim, check_parameters, scores
+from beam_expmech.synth.aim import aim, check_parameters, one_way_shares, scores
 from beam_expmech.synth.baselines import independent_marginals
-from beam_expmech.synth.graphical_model import GraphicalModel
+from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
 
 
 def workload_error(true, model: GraphicalModel) -> float:
@@ -104,3 +105,42 @@ def test_a_model_that_is_not_finite_leaves_the_scores_within_their_sensitivity()
     before, sensitivity = scores(candidates, weights, truth, _BrokenModel(), sigma=1.0, max_rows=1)
     after, _ = scores(candidates, weights, neighbour, _BrokenModel(), sigma=1.0, max_rows=1)
     assert abs(after[0] - before[0]) <= sensitivity
+
+
+@pytest.mark.parametrize("rho, small", [(0.01, True), (1.0, False)])  # 1,304 rows: sqrt(2 rho) N = 184 and 1,844
+def test_small_data_measures_the_one_ways_again_and_large_data_does_not(rho, small):
+    batch, domain = load("titanic", 5)
+    result = aim(marginals(batch, domain, 2), domain, rho=rho, rng=97)
+    d, one_ways = len(domain), [(c,) for c in domain]
+    assert result.measured[:d] == one_ways
+    assert (result.measured[d : 2 * d] == one_ways) is small
+    first = math.fsum(r.rho for r in result.releases[:d])
+    assert first == pytest.approx(0.25 * rho, rel=1e-9)
+    if small:
+        assert math.fsum(r.rho for r in result.releases[d : 2 * d]) == pytest.approx(0.65 * rho, rel=1e-9)
+    assert math.fsum(r.rho for r in result.releases) <= rho
+
+
+def test_a_given_one_way_share_is_spent_once():
+    batch, domain = load("titanic", 5)
+    result = aim(marginals(batch, domain, 2), domain, rho=0.01, one_way_share=0.4, rng=98)
+    d = len(domain)
+    assert result.measured[d : 2 * d] != [(c,) for c in domain]  # the rounds follow (they may pick a 1-way)
+    assert math.fsum(r.rho for r in result.releases[:d]) == pytest.approx(0.004, rel=1e-9)
+
+
+@pytest.mark.parametrize("share", [0, 1, 1.5, -0.2, float("nan"), True])
+def test_a_one_way_share_outside_0_1_is_refused(share):
+    batch, domain = load("titanic", 4)
+    with pytest.raises(ValueError, match="one_way_share"):
+        aim(marginals(batch, domain, 2), domain, rho=0.1, one_way_share=share)
+
+
+def test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts():
+    def shares(noisy: float, true: int) -> list[float]:
+        measured = [Measurement(("a",), np.array([noisy / 2, noisy / 2]), 3.0)]
+        run = SimpleNamespace(measurements=measured, max_rows=1, truth={("a",): np.array([true, 0])})
+        return list(one_way_shares(run, rho=0.5))  # small under 300 rows
+
+    assert shares(noisy=200.0, true=10**6) == [0.25, pytest.approx(0.65)]
+    assert shares(noisy=400.0, true=1) == [0.25]
