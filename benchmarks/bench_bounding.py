@@ -1,6 +1,6 @@
 """User-level bounding at scale: every pipeline's counting pass with a privacy unit, against a numpy count.
 
-    python -m benchmarks.bench_bounding [--rows 10000000,100000000] [--workdir DIR]
+    python -m benchmarks.bench_bounding [--rows 10000000,100000000] [--repeats 3] [--workdir DIR]
 
 For each size, a Parquet file is generated once: 20 rows a user (user_id), an item in 1,000 candidates
 (Zipf-like), a numeric value, and three coded columns with structure (b depends on a, c on b) for
@@ -9,9 +9,14 @@ synthesize. Each job runs as its own process, with --privacy-unit user_id --max-
   select      pipelines.select over the 1,000 items
   quantiles   pipelines.quantiles of the value (3 quantiles)
   synthesize  pipelines.synthesize of (a, b, c) by AIM: the counting pass, then a small model
-The table gives seconds, peak RSS of the process, the ratio to (c) of the same size, and, from the
-first size to the last, how much time and memory grew (issue 15's floors: within 10x of (c), under
-3 GB, growth at most 11x from 10^7 to 10^8 rows).
+The jobs of a size run in turn, ``--repeats`` times over (so that each meets the machine in every state):
+the table gives the median seconds and peak RSS of each job's runs, the ratio of its median to (c)'s, and
+the range of its seconds; then, from the first size to the last, how much time and memory grew (issue
+15's floors: within 10x of (c), under 3 GB, growth at most 11x from 10^7 to 10^8 rows).
+
+Why medians: on this machine, most of (c)'s time is the kernel clearing fresh pages for its 1.9 GB
+(perf: 65% in clear_page_erms), and how long that takes depends on what ran before: 0.7 s right after
+another count, 1.6 to 4 s after the pipelines. One run of (c) is not a baseline.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ def generate(path: str, rows: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="10000000,100000000")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -64,7 +70,7 @@ def main() -> None:
     with open(domain, "w") as handle:
         json.dump(DOMAIN, handle)
     unit = ["--privacy-unit", "user_id", "--max-rows-per-unit", "5", "--epsilon", "1"]
-    print(f"{'rows':>12} {'job':<34} {'seconds':>8} {'peak RSS MB':>12} {'vs (c)':>8}")
+    print(f"{'rows':>12} {'job':<34} {'seconds':>8} {'peak RSS MB':>12} {'vs (c)':>8}  {'runs (s)':<20}")
     measured: dict[str, list[tuple[float, float]]] = {}
     for rows in (int(r) for r in args.rows.split(",")):
         path = os.path.join(args.workdir, f"bounding_{rows}.parquet")
@@ -83,12 +89,17 @@ def main() -> None:
                                                 "--output", os.path.join(args.workdir, "bounding_synthetic.csv"),
                                                 *unit],
         }  # fmt: skip
-        baseline = None
-        for name, command in jobs.items():
-            seconds, rss = timed(command, warm=path)  # every job reads the file from the page cache
-            baseline = baseline or seconds
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in jobs}
+        for _ in range(args.repeats):
+            for name, command in jobs.items():
+                runs[name].append(timed(command, warm=path))  # every job reads the file from the page cache
+        baseline = float(np.median([t for t, _ in runs[next(iter(jobs))]]))
+        for name, times in runs.items():
+            seconds, rss = (float(v) for v in np.median(times, axis=0))
             measured.setdefault(name, []).append((seconds, rss))
-            print(f"{rows:>12,} {name:<34} {seconds:>8.2f} {rss:>12.0f} {seconds / baseline:>7.1f}x", flush=True)
+            spread = f"{min(t for t, _ in times):.2f} - {max(t for t, _ in times):.2f}"
+            print(f"{rows:>12,} {name:<34} {seconds:>8.2f} {rss:>12.0f} {seconds / baseline:>7.1f}x  {spread:<20}",
+                  flush=True)  # fmt: skip
     if all(len(m) > 1 for m in measured.values()):
         print(f"\ngrowth from the first size to the last{'':<6} {'time':>8} {'memory':>12}")
         for name, runs in measured.items():
