@@ -128,8 +128,8 @@ def aim(
     sensitivity: refits are post-processing. ``tolerance=0, final_tolerance=0`` gives the old runs.
     """
     rho = parameters.positive_finite(rho, "rho")
-    if one_way_share is not None and not 0 < parameters.positive_finite(one_way_share, "one_way_share") < 1:
-        raise ValueError(f"one_way_share must be strictly between 0 and 1, got {one_way_share!r}")
+    if one_way_share is not None and not 0 < parameters.positive_finite(one_way_share, "one_way_share") <= 0.99:
+        raise ValueError(f"one_way_share must be above 0 and at most 0.99 (the rounds' share), got {one_way_share!r}")
     tolerance = parameters.non_negative_finite(tolerance, "tolerance")
     final_tolerance = parameters.non_negative_finite(final_tolerance, "final_tolerance")
     check_parameters(domain, list(marginals), rounds=rounds, max_rows=max_rows, max_cells=max_cells)
@@ -194,8 +194,8 @@ class _AimRun:
         expected L1 error sum_c size_c sigma_c.
         """
         shares = {c: size ** (2 / 3) for c, size in self.domain.items()}
-        for c in self.domain:
-            self.measure((c,), self.max_rows * math.sqrt(sum(shares.values()) / (2 * rho * shares[c])))
+        for c in self.domain:  # sigma rounded up, as a round's: never more than rho in all (review 9)
+            self.measure((c,), self.max_rows * math.sqrt(sum(shares.values()) / (2 * rho * shares[c])) * (1 + 1e-12))
 
     def fit_first_model(self, iterations: int, tolerance: float) -> None:
         """The model of the 1-way measurements (post-processing; a column measured twice counts twice)."""

@@ -18,26 +18,36 @@ import numpy as np
 
 from beam_expmech.mechanisms.randomness import RandomSource
 
+_ONE = np.uint64(1 << 32)  # probability 1, in the integer units of the cdfs
+_SHIFT = np.uint64(33)  # condition c's cdf lies in [c 2^33, c 2^33 + 2^32]
+
 
 def allocate(table: np.ndarray, condition: np.ndarray, source: RandomSource) -> np.ndarray:
     """For each row r, a column index of ``table``'s row ``condition[r]`` (each table row normalised;
     a row of zeros uniform): the rows of one condition share one systematic sample of that row's
     distribution, in a uniformly random order."""
     rows, width = condition.size, table.shape[1]
+    if rows and not 0 <= condition.min() <= condition.max() < table.shape[0]:
+        raise ValueError("allocate: a condition outside the table")
+    table = np.clip(np.nan_to_num(table, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)  # a model's: finite anyway
     sums = table.sum(axis=1, keepdims=True)
     table = np.where(sums > 0, table / np.where(sums > 0, sums, 1), 1.0 / width)
-    cdf = np.cumsum(table, axis=1)
-    cdf[:, -1] = 1.0
-    flat = (cdf + np.arange(table.shape[0])[:, None]).ravel()  # condition c's cdf shifted to [c, c + 1]
+    # Each row's cdf in integer units of 2^-32 (its last value exactly 2^32), shifted by its condition:
+    # exact comparisons, where a float shift (c + x) rounds a point near 1 into the next condition's row.
+    cdf = np.rint(np.cumsum(table, axis=1) * 2.0**32).astype(np.uint64)
+    cdf[:, -1] = _ONE
+    flat = (cdf + (np.arange(table.shape[0], dtype=np.uint64) << _SHIFT)[:, None]).ravel()
     # Rows grouped by condition, in a uniformly random order within each group (64-bit keys: ties,
     # which stable sorting breaks by row number, have probability about rows^2 / 2^65).
     order = np.lexsort((source.uint32(2 * rows).view(np.uint64), condition))
-    grouped = condition[order]
+    grouped = condition[order].astype(np.int64)
     starts = np.flatnonzero(np.diff(grouped, prepend=-1))
     sizes = np.diff(np.append(starts, rows))
     rank = np.arange(rows) - np.repeat(starts, sizes)
-    offset = np.repeat(source.uint32(starts.size).astype(np.float64) * 2.0**-32, sizes)
-    points = grouped + (offset + rank) / np.repeat(sizes, sizes)  # the group's n points (u + j) / n
+    offset = np.repeat(source.uint32(starts.size).astype(np.float64) * 2.0**-32, sizes)  # one per group
+    # The group's n points (u + j) / n, below 1, as integers below 2^32.
+    points = np.minimum(np.floor((offset + rank) / np.repeat(sizes, sizes) * 2.0**32), 2.0**32 - 1).astype(np.uint64)
+    points += grouped.astype(np.uint64) << _SHIFT
     index = np.empty(rows, np.int64)
     index[order] = np.searchsorted(flat, points, side="right") - grouped * width
-    return np.clip(index, 0, width - 1)
+    return index

@@ -11,7 +11,8 @@ import pytest
 from public_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
-from beam_expmech.synth.aim import aim, check_parameters, one_way_shares, scores
+from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.synth.aim import _AimRun, aim, check_parameters, one_way_shares, scores
 from beam_expmech.synth.baselines import independent_marginals
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
 
@@ -48,13 +49,14 @@ def test_beats_independent_marginals_and_stays_close_to_the_data():
     assert abs(result.rows - batch.num_rows) < 0.02 * batch.num_rows
 
 
-def test_the_model_never_outgrows_its_cap_and_the_run_holds_less_than_it_states():
+@pytest.mark.parametrize("rho", [1.0, 0.005])  # large data, and small (1-ways measured twice)
+def test_the_model_never_outgrows_its_cap_and_the_run_holds_less_than_it_states(rho):
     batch, domain = load("titanic", 6)  # Age has 91 codes
     workload = marginals(batch, domain, 3)
     stated = check_parameters(domain, list(workload), max_cells=2000)
     tracemalloc.start()
     try:
-        result = aim(workload, domain, rho=1.0, max_cells=2000, rng=96)
+        result = aim(workload, domain, rho=rho, max_cells=2000, rng=96)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -107,10 +109,12 @@ def test_a_model_that_is_not_finite_leaves_the_scores_within_their_sensitivity()
     assert abs(after[0] - before[0]) <= sensitivity
 
 
-@pytest.mark.parametrize("rho, small", [(0.01, True), (1.0, False)])  # 1,304 rows: sqrt(2 rho) N = 184 and 1,844
-def test_small_data_measures_the_one_ways_again_and_large_data_does_not(rho, small):
+@pytest.mark.parametrize(  # 1,304 rows: sqrt(2 rho) N = 184, 1,844 and 412, small under 300 K
+    "rho, max_rows, small", [(0.01, 1, True), (1.0, 1, False), (0.05, 3, True), (0.05, 1, False)]
+)
+def test_small_data_measures_the_one_ways_again_and_large_data_does_not(rho, max_rows, small):
     batch, domain = load("titanic", 5)
-    result = aim(marginals(batch, domain, 2), domain, rho=rho, rng=97)
+    result = aim(marginals(batch, domain, 2), domain, rho=rho, max_rows=max_rows, rng=97)
     d, one_ways = len(domain), [(c,) for c in domain]
     assert result.measured[:d] == one_ways
     assert (result.measured[d : 2 * d] == one_ways) is small
@@ -129,7 +133,7 @@ def test_a_given_one_way_share_is_spent_once():
     assert math.fsum(r.rho for r in result.releases[:d]) == pytest.approx(0.004, rel=1e-9)
 
 
-@pytest.mark.parametrize("share", [0, 1, 1.5, -0.2, float("nan"), True])
+@pytest.mark.parametrize("share", [0, 1, 0.995, 1 - 2**-53, 1.5, -0.2, float("nan"), True])
 def test_a_one_way_share_outside_0_1_is_refused(share):
     batch, domain = load("titanic", 4)
     with pytest.raises(ValueError, match="one_way_share"):
@@ -144,3 +148,20 @@ def test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts(
 
     assert shares(noisy=200.0, true=10**6) == [0.25, pytest.approx(0.65)]
     assert shares(noisy=400.0, true=1) == [0.25]
+
+
+def test_the_first_model_fits_both_measurements_of_each_column():
+    """Its 1-way marginals are the inverse-variance weighted means of both measurements (review 9: fitting
+    only the second passed every test)."""
+    domain = {"a": 3, "b": 2}
+    truth = {("a",): np.array([500, 300, 200]), ("b",): np.array([600, 400])}
+    run = _AimRun(domain, 1, random_source(99), {("a",): 1, ("b",): 1}, truth)
+    run.measure_one_ways(0.001)
+    run.measure_one_ways(0.01)
+    run.fit_first_model(iterations=2000, tolerance=0.0)
+    total = run.model.total
+    for c in domain:
+        first, second = (m for m in run.measurements if m.columns == (c,))
+        w1, w2 = first.sigma**-2, second.sigma**-2
+        mean = (w1 * first.values + w2 * second.values) / (w1 + w2)
+        np.testing.assert_allclose(run.model.project((c,)), mean - (mean.sum() - total) / mean.size, atol=0.5)

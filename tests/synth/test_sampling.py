@@ -4,6 +4,7 @@ within one row of their expectation, and the values come in a random order."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from sampling import assert_follows
 from scipy import stats
 
@@ -44,3 +45,29 @@ def test_values_come_in_a_random_order_not_the_rows():
 
 def test_no_rows():
     assert allocate(np.ones((2, 3)), np.zeros(0, np.int64), random_source(6)).size == 0
+
+
+def test_groups_of_one_row_each_draw_their_own_offset():
+    """Review 9: one offset shared by every group made 10,000 one-row groups all take one value."""
+    values = allocate(np.full((10_000, 2), 0.5), np.arange(10_000), random_source(7))
+    assert 0.45 < values.mean() < 0.55
+    assert abs(np.corrcoef(values[:-1], values[1:])[0, 1]) < 0.05
+
+
+class _Highest:
+    """A source whose every word is 2^32 - 1: the last point of every group."""
+
+    def uint32(self, n: int) -> np.ndarray:
+        return np.full(n, 0xFFFFFFFF, np.uint32)
+
+
+def test_a_value_of_probability_zero_is_never_drawn_however_many_conditions():
+    """Review 9: shifted by a float, a point near 1 of condition 600,000 rounded into the next row."""
+    table = np.zeros((600_002, 2))
+    table[:, 0] = 1.0
+    assert not allocate(table, np.full(8, 600_000), _Highest()).any()
+
+
+def test_a_condition_outside_the_table_is_refused():
+    with pytest.raises(ValueError, match="outside the table"):
+        allocate(np.ones((1, 2)), np.array([0, 5]), random_source(8))
