@@ -338,11 +338,6 @@ def _ranks(groups: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... within each run of equal values of ``groups`` (sorted)."""
     new = np.ones(groups.size, bool)
     new[1:] = groups[1:] != groups[:-1]
-    return _ranks_from(new)
-
-
-def _ranks_from(new: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... within each run that ``new`` (True where a run begins) marks."""
     positions = np.arange(new.size)
     return positions - np.maximum.accumulate(np.where(new, positions, 0))
 
