@@ -94,6 +94,26 @@ def test_bad_releases():
             Release.approximate(1.0, delta, "x")  # delta = 0 is a pure release
 
 
+def test_the_zcdp_conversion_is_dp_accountings_number_for_number():
+    # dp-accounting is the reference (a test dependency): its RDP accountant over the same orders. Both
+    # branches are reached: the KL bound (epsilon 0) at tiny rho and large delta, Proposition 12 elsewhere.
+    from dp_accounting import ZCDpEvent
+    from dp_accounting.rdp import RdpAccountant
+
+    from beam_expmech.accounting import _RDP_ORDERS
+
+    zeros = 0
+    for rho in [1e-12, 1e-9, 1e-6, 1e-4, 0.003, 0.04, 0.5, 1.0, 7.3, 120.0, 5e4]:
+        for delta in [1e-15, 1e-10, 1e-6, 1e-3, 0.1, 0.5, 0.9]:
+            accountant = RdpAccountant(orders=list(_RDP_ORDERS))
+            accountant.compose(ZCDpEvent(rho=rho))
+            assert zcdp_to_epsilon(rho, delta=delta) == float(accountant.get_epsilon(delta)), (rho, delta)
+            zeros += zcdp_to_epsilon(rho, delta=delta) == 0
+    assert 0 < zeros < 30
+    assert zcdp_to_epsilon(2e-16, delta=2e-8) == 0  # the KL bound alone: Proposition 12 gives 7e-8 here
+    assert zcdp_to_epsilon(0.5, delta=1e-6) < zcdp_to_epsilon(0.5, delta=1e-9) < zcdp_to_epsilon(0.6, delta=1e-9)
+
+
 @pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-9), (0.3, 1e-9), (8.0, 1e-6)])
 def test_epsilon_to_zcdp_is_the_most_rho_that_fits(epsilon, delta):
     rho = epsilon_to_zcdp(epsilon, delta=delta)

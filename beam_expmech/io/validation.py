@@ -171,7 +171,7 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
     elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type):
         if pa.types.is_boolean(column.type):
             column = column.cast(pa.int64())  # fill_null(0) cannot fill a boolean column
-        values = column.fill_null(0).to_numpy(zero_copy_only=False)
+        values = (column.fill_null(0) if column.null_count else column).to_numpy(zero_copy_only=False)
         if spec.kind == "int" and values.dtype.kind == "f":
             integral = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0**63)
             problems.append(("not an integer", ~integral))
@@ -185,8 +185,10 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         problems.append(("NaN or infinite", ~np.isfinite(array)))
     if spec.domain is not None:
         lo, hi = spec.domain
-        problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
-        return pc.cast(values, _codes_type(lo, hi), safe=False), problems, None  # bad rows may wrap: dropped
+        if array.size and (array.min() < lo or array.max() >= hi):  # two quick passes, a mask only if needed
+            problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
+        codes = array.astype(f"int{_codes_type(lo, hi).bit_width}", copy=False)  # bad rows may wrap: dropped
+        return pa.array(codes), problems, None
     if spec.grid is not None:
         codes, clamped = spec.grid.codes(array)
         return pc.cast(pa.array(codes), _codes_type(0, spec.grid.bins)), problems, clamped

@@ -41,7 +41,7 @@ BITS = 64
 _MAX_STEPS = 1 << 20  # pi reaches 1 within about 2 ln(1 / delta) / epsilon steps
 RULES = ("best", "optimal", "gaussian")
 _GAUSSIAN_FROM = 4  # below 4 keys a unit the optimal rule needed fewer units wherever we looked (and "best" then
-# skips calibrating the Gaussian, which imports dp-accounting: 2 s of start-up)
+# skips calibrating the Gaussian)
 
 
 class PartitionSelection:
