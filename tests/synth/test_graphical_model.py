@@ -114,6 +114,29 @@ def test_a_subnormal_separator_leaves_projections_across_cliques_finite(depth):
     np.testing.assert_allclose(counts, np.full((2, 2), 250.0), rtol=1e-9)
 
 
+@pytest.mark.parametrize("low", [0, 1])  # which clique holds the slice far below the rest: the leaf, the root
+def test_a_slice_far_below_its_clique_but_raised_by_another_keeps_its_probability(low):
+    """Calibration exponentiates a clique once, shifted per separator slice, and scales it by the other
+    side's message: a slice 800 nats below the rest of its clique, raised 800 nats by the other clique,
+    is as likely as the others (a shift by the clique's largest value alone would zero it)."""
+    domain = {"a": 2, "b": 2, "c": 3}
+    model = GraphicalModel(domain, [("a", "b"), ("b", "c")], total=1000.0)
+    rng = np.random.default_rng(low)
+    leaf, root = rng.normal(0, 1, (2, 2)), rng.normal(0, 1, (2, 3))  # (b, c) has more cells: the root
+    if low == 0:
+        leaf[:, 1] -= 800.0
+        root[1, :] += 800.0
+    else:
+        leaf[:, 1] += 800.0
+        root[1, :] -= 800.0
+    model.potentials = [leaf, root]
+    model.marginals = model._calibrate(model.potentials)
+    joint = brute_force_joint(model)
+    assert 0.05 < joint_marginal(joint, ("b",), domain)[1] < 0.95
+    for columns in [("a", "b"), ("b", "c"), ("a", "c"), ("b",)]:
+        np.testing.assert_allclose(model.project(columns), 1000.0 * joint_marginal(joint, columns, domain), rtol=1e-9)
+
+
 def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
     truth = random_model(4)  # its cliques' marginals pin down the whole distribution
     measurements = [Measurement(c, truth.project(c), 1.0) for c in truth.cliques]
