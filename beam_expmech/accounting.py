@@ -32,9 +32,8 @@ import numpy as np
 
 from beam_expmech import parameters
 
-# RDP orders for the zCDP -> (epsilon, delta) conversion: wide enough for small rho.
-# The orders of the zCDP conversion; from 1.01 up, where its bound is numerically stable (the first, 1.01
-# itself, never the least: dp-accounting skips it, so this does too).
+# RDP orders for the zCDP -> (epsilon, delta) conversion, wide enough for small rho; above 1.01, where its
+# bound is numerically stable (dp-accounting gives 1.01 itself no bound, so it is left out here).
 _RDP_ORDERS = tuple(float(a) for a in np.concatenate([np.linspace(1.01, 10, 200), np.geomspace(10.1, 1e7, 400)])[1:])
 # Floating-point sums of epsilons such as 0.1 * 10 may exceed the total by an ulp or so.
 _RELATIVE_SLACK = 1e-12
