@@ -189,7 +189,8 @@ def epsilon_to_zcdp(epsilon: float, *, delta: float) -> float:
     """
     epsilon = parameters.positive_finite(epsilon, "epsilon")
     delta = parameters.probability(delta, "delta")
-    low, high = 0.0, epsilon**2 / 2 + epsilon  # rho-zCDP is (rho + 2 sqrt(rho log(1/delta)), delta)-DP
+    # rho-zCDP is (rho + 2 sqrt(rho log(1/delta)), delta)-DP; capped where epsilon**2 would overflow (review 10)
+    low, high = 0.0, min(epsilon * (epsilon / 2 + 1), 1e300)
     while zcdp_to_epsilon(high, delta=delta) <= epsilon:
         low, high = high, 2 * high
     while high - low > 1e-9 * high:

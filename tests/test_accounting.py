@@ -112,6 +112,8 @@ def test_the_zcdp_conversion_is_dp_accountings_number_for_number():
     assert 0 < zeros < 30
     assert zcdp_to_epsilon(2e-16, delta=2e-8) == 0  # the KL bound alone: Proposition 12 gives 7e-8 here
     assert zcdp_to_epsilon(0.5, delta=1e-6) < zcdp_to_epsilon(0.5, delta=1e-9) < zcdp_to_epsilon(0.6, delta=1e-9)
+    huge = epsilon_to_zcdp(1e200, delta=1e-5)  # review 10: epsilon**2 overflowed (OverflowError)
+    assert 0 < huge < math.inf and zcdp_to_epsilon(huge, delta=1e-5) <= 1e200
 
 
 @pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-9), (0.3, 1e-9), (8.0, 1e-6)])

@@ -49,6 +49,8 @@ class ColumnSpec:
             raise ValueError(f"kind must be string, int, float, label or any, got {self.kind!r}")
         if (self.kind == "label") != (self.labels is not None):
             raise ValueError("labels go with kind 'label', and only with it")
+        if self.domain is not None and self.kind != "int":
+            raise ValueError("a domain of codes goes with kind 'int', and only with it")
         if self.grid is not None and self.kind != ("int" if self.grid.integer else "float"):
             raise ValueError("an integer grid goes with kind 'int', a float grid with kind 'float'")
 
@@ -185,7 +187,8 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         problems.append(("NaN or infinite", ~np.isfinite(array)))
     if spec.domain is not None:
         lo, hi = spec.domain
-        if array.size and (array.min() < lo or array.max() >= hi):  # two quick passes, a mask only if needed
+        # Two quick passes, a mask only where some value is outside (written so that a NaN would count as outside).
+        if array.size and not (array.min() >= lo and array.max() < hi):
             problems.append((f"outside the domain [{lo}, {hi})", (array < lo) | (array >= hi)))
         codes = array.astype(f"int{_codes_type(lo, hi).bit_width}", copy=False)  # bad rows may wrap: dropped
         return pa.array(codes), problems, None

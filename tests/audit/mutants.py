@@ -266,6 +266,13 @@ MUTANTS = [
         (f"{INPUT}[avro_units]",),
     ),
     Mutant(
+        "a float column with a domain: one NaN hides every other value outside it, which wraps into a code (review 10)",
+        "beam_expmech/io/validation.py",
+        'if self.domain is not None and self.kind != "int":',
+        "if False:",
+        ("tests/io/test_validation.py::test_a_domain_goes_with_integer_codes_only_and_every_value_outside_it_is_dead",),
+    ),
+    Mutant(
         "-0.0 and 0.0 as two units (issue 12, item 5)",
         "beam_expmech/io/validation.py",
         "values = pc.add(pc.cast(column, pa.float64()), 0.0)",

@@ -109,6 +109,18 @@ def test_codes_take_the_narrowest_type_of_their_public_domain(domain, kind):
         assert coded.column("c").to_pylist() == [hi - 2, hi - 1] and coded.column("c").type.bit_width <= kind.bit_width
 
 
+def test_a_domain_goes_with_integer_codes_only_and_every_value_outside_it_is_dead():
+    """Review 10: with a float column and a domain, a NaN hid every other value outside the domain from the
+    min/max check (NaN compares false), and 300.0 wrapped into code 44 of an int8."""
+    with pytest.raises(ValueError, match="domain"):
+        ColumnSpec("x", "float", domain=(0, 50))
+    batch = pa.record_batch({"x": [1.0, float("nan"), 300.0, 2.5, -1.0, 49.0]})
+    good, bad = validate(batch, [ColumnSpec("x", "int", domain=(0, 50))])
+    assert good.column("x").to_pylist() == [1, 49]
+    outside, fractional = "x: outside the domain [0, 50)", "x: not an integer"
+    assert bad.column(REASON).to_pylist() == [fractional, outside, fractional, outside]
+
+
 def test_a_column_with_a_grid_becomes_bin_codes_clamping_counted_and_non_finite_values_dead():
     grid = NumericGrid(0, 10, 5)
     batch = pa.record_batch(
