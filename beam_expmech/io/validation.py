@@ -184,7 +184,10 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         values = pa.array(np.zeros(len(column)), target)
     array = values.to_numpy(zero_copy_only=False)
     if spec.kind == "float":
-        problems.append(("NaN or infinite", ~np.isfinite(array)))
+        with np.errstate(over="ignore"):  # a sum past the largest float: then each value is checked
+            finite = np.isfinite(array.sum())  # a finite sum: every value finite (one quick pass)
+        if not finite:
+            problems.append(("NaN or infinite", ~np.isfinite(array)))
     if spec.domain is not None:
         lo, hi = spec.domain
         # Two quick passes, a mask only where some value is outside (written so that a NaN would count as outside).

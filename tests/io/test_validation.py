@@ -121,6 +121,16 @@ def test_a_domain_goes_with_integer_codes_only_and_every_value_outside_it_is_dea
     assert bad.column(REASON).to_pylist() == [fractional, outside, fractional, outside]
 
 
+def test_non_finite_floats_are_dead_and_finite_ones_whose_sum_overflows_are_not():
+    """Validation looks for NaN and infinities only where a batch's sum is not finite."""
+    batch = pa.record_batch({"x": [1e308, 1e308, -1e308, float("nan"), float("-inf"), 2.0]})
+    good, bad = validate(batch, [ColumnSpec("x", "float")])
+    assert good.column("x").to_pylist() == [1e308, 1e308, -1e308, 2.0]
+    assert bad.column(REASON).to_pylist() == ["x: NaN or infinite"] * 2
+    good, bad = validate(batch.slice(0, 3), [ColumnSpec("x", "float")])
+    assert good.num_rows == 3 and bad is None
+
+
 def test_a_column_with_a_grid_becomes_bin_codes_clamping_counted_and_non_finite_values_dead():
     grid = NumericGrid(0, 10, 5)
     batch = pa.record_batch(
