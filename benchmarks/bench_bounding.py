@@ -102,8 +102,8 @@ def main() -> None:
                   flush=True)  # fmt: skip
     if all(len(m) > 1 for m in measured.values()):
         print(f"\ngrowth from the first size to the last{'':<6} {'time':>8} {'memory':>12}")
-        for name, runs in measured.items():
-            (t0, m0), (t1, m1) = runs[0], runs[-1]
+        for name, sizes in measured.items():
+            (t0, m0), (t1, m1) = sizes[0], sizes[-1]
             print(f"{name:<44} {t1 / t0:>7.1f}x {m1 / m0:>11.1f}x")
 
 

@@ -266,6 +266,13 @@ MUTANTS = [
         (f"{INPUT}[avro_units]",),
     ),
     Mutant(
+        "a code above its column's domain counted in the cell its wrap lands in (joint cells by Horner's rule)",
+        "beam_expmech/predicates.py",
+        "outside |= (codes < 0) | (codes >= size)",
+        "outside |= codes < 0",
+        ("tests/test_predicates.py::test_marginal_counts",),
+    ),
+    Mutant(
         "a float column with a domain: one NaN hides every other value outside it, which wraps into a code (review 10)",
         "beam_expmech/io/validation.py",
         'if self.domain is not None and self.kind != "int":',
