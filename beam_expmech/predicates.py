@@ -177,16 +177,30 @@ class HistogramCounts(_OneCandidatePerRow):
         self.column, self.lower, self.upper = column, lower, upper
         self.num_candidates = bins
         self.edges = np.linspace(lower, upper, bins + 1)
+        # How far (in bins) rounding can move a value's position or an edge, with a margin of 2^8: a few ulps of
+        # the bounds' magnitude over a bin's width (rows this close to an edge are placed by the edges).
+        self._rounding = 2.0**-42 * bins * (1 + max(abs(lower), abs(upper)) / (upper - lower))
 
     def labels(self, indices: Sequence[int]) -> list[str]:
         return [f"[{self.edges[i]:g}, {self.edges[i + 1]:g})" for i in indices]
 
     def candidate_of(self, batch: pa.RecordBatch) -> np.ndarray:
         values = batch.column(self.column).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        position = values - self.lower  # in place from here: each fresh array costs the kernel its pages
-        position *= self.num_candidates / (self.upper - self.lower)
+        with np.errstate(over="ignore", invalid="ignore"):  # a warning on stderr would tell of the data (review 11)
+            position = values - self.lower  # in place from here: each fresh array costs the kernel its pages
+            position *= self.num_candidates / (self.upper - self.lower)
         np.clip(position, 0, self.num_candidates - 1, out=position)
-        return position.astype(np.int64)  # truncation is floor on [0, bins - 1]
+        index = position.astype(np.int64)  # truncation is floor on [0, bins - 1]
+        # The product rounds, and a value within rounding of an edge can land a bin low or high (review 11): a
+        # bin is what its label says, [edges[i], edges[i + 1]), so those rows are placed by the edges themselves.
+        position -= index  # where in its bin, 0 to 1
+        near = np.flatnonzero((position < self._rounding) | (position > 1 - self._rounding))
+        if near.size:
+            value, bin_ = values[near], index[near]
+            bin_ += value >= self.edges[bin_ + 1]
+            bin_ -= value < self.edges[bin_]
+            index[near] = np.clip(bin_, 0, self.num_candidates - 1)
+        return index
 
 
 class MarginalCounts(_OneCandidatePerRow):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -128,3 +130,26 @@ def test_a_workload_of_a_large_joint_domain_carries_its_rows_as_they_are(batch):
 def test_bad_families(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_a_value_on_a_histogram_edge_is_in_the_bin_its_label_names():
+    """Review 11: (v - lower) * bins / (upper - lower) rounds, and put edges a bin low; now every edge, and the
+    floats either side of it, go to the bin whose [edges[i], edges[i + 1]) holds them."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        lower = float(rng.uniform(-1e3, 1e3))
+        family = HistogramCounts("x", lower, lower + float(rng.uniform(1e-3, 1e4)), int(rng.integers(1, 5000)))
+        edges = family.edges
+        values = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf), [-1e308, 1e308]])
+        codes = family.candidate_of(pa.record_batch({"x": values}))
+        expected = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, family.num_candidates - 1)
+        assert np.array_equal(codes, expected)
+
+
+def test_histogram_codes_of_huge_values_warn_of_nothing():
+    """A warning on stderr would tell of the data (review 11): 1e308 over a narrow grid overflows to inf."""
+    family = HistogramCounts("x", 0.0, 1e-300, 1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        codes = family.candidate_of(pa.record_batch({"x": [1e308, -1e308, 5.555e-301]}))
+    assert codes.tolist() == [999, 0, 555]

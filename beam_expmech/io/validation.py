@@ -184,8 +184,10 @@ def _convert(column: pa.Array, spec: ColumnSpec) -> tuple[pa.Array, list[tuple[s
         values = pa.array(np.zeros(len(column)), target)
     array = values.to_numpy(zero_copy_only=False)
     if spec.kind == "float":
-        with np.errstate(over="ignore"):  # a sum past the largest float: then each value is checked
-            finite = np.isfinite(array.sum())  # a finite sum: every value finite (one quick pass)
+        # A finite sum means every value is finite (one quick pass); past the largest float, or inf - inf, each
+        # value is checked. No warning goes to stderr: it would tell of the data (review 11).
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = np.isfinite(array.sum())
         if not finite:
             problems.append(("NaN or infinite", ~np.isfinite(array)))
     if spec.domain is not None:

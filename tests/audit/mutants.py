@@ -280,6 +280,13 @@ MUTANTS = [
         ("tests/io/test_validation.py::test_a_domain_goes_with_integer_codes_only_and_every_value_outside_it_is_dead",),
     ),
     Mutant(
+        "a value on a histogram edge counted a bin low, where the product rounded it (review 11)",
+        "beam_expmech/predicates.py",
+        "near = np.flatnonzero((position < self._rounding) | (position > 1 - self._rounding))",
+        "near = np.zeros(0, np.intp)",
+        ("tests/test_predicates.py::test_a_value_on_a_histogram_edge_is_in_the_bin_its_label_names",),
+    ),
+    Mutant(
         "-0.0 and 0.0 as two units (issue 12, item 5)",
         "beam_expmech/io/validation.py",
         "values = pc.add(pc.cast(column, pa.float64()), 0.0)",
