@@ -180,6 +180,8 @@ class HistogramCounts(_OneCandidatePerRow):
         # How far (in bins) rounding can move a value's position or an edge, with a margin of 2^8: a few ulps of
         # the bounds' magnitude over a bin's width (rows this close to an edge are placed by the edges).
         self._rounding = 2.0**-42 * bins * (1 + max(abs(lower), abs(upper)) / (upper - lower))
+        if self._rounding >= 0.5:  # edges a bin apart or less in floats: no row could be placed for sure
+            raise ValueError(f"{bins} bins over [{lower:g}, {upper:g}] are finer than floating point there: use fewer")
 
     def labels(self, indices: Sequence[int]) -> list[str]:
         return [f"[{self.edges[i]:g}, {self.edges[i + 1]:g})" for i in indices]

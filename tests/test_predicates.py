@@ -125,6 +125,7 @@ def test_a_workload_of_a_large_joint_domain_carries_its_rows_as_they_are(batch):
         (lambda: ExpressionCounts([], columns=[]), "empty"),
         (lambda: HistogramCounts("x", 0, 1e-310, 1024), "beyond floating point"),  # review 5, finding 3
         (lambda: HistogramCounts("x", -1e308, 1e308, 4), "beyond floating point"),
+        (lambda: HistogramCounts("x", 1e12, 1e12 + 1, 1 << 16), "finer than floating point"),  # bins of 1/8 ulp
     ],
 )
 def test_bad_families(make, message):
