@@ -522,20 +522,35 @@ class GraphicalModel:
             terms.append(_Term(columns, holder, source, axes, inside, weight, target))
         return terms, constant
 
-    def extended(self, column_sets: Sequence[Sequence[str]]) -> GraphicalModel:
-        """A model whose cliques hold this one's and ``column_sets``, starting from this one's potentials.
-
-        Each old clique is complete in the new graph, so it lies inside a new clique: the
-        new model starts as the same distribution (a warm start).
-        """
-        model = GraphicalModel(self.domain, [*self.cliques, *column_sets], self.total)
-        model._step = self._step
-        for clique, potential in zip(self.cliques, self.potentials, strict=True):
-            holder = model.clique_holding(clique)
+    @classmethod
+    def of_log_potentials(
+        cls,
+        domain: dict[str, int],
+        factors: Sequence[tuple[Sequence[str], np.ndarray]],
+        total: float = 1.0,
+        *,
+        column_sets: Sequence[Sequence[str]] = (),
+    ) -> GraphicalModel:
+        """The model whose log-density is the sum of ``factors`` ((columns, log-potential, axes in that
+        order)), on a junction tree holding their columns and ``column_sets``; each factor's columns are
+        complete in its graph, so each lies inside one clique."""
+        model = cls(domain, [*(columns for columns, _ in factors), *column_sets], total)
+        for columns, potential in factors:
+            holder = model.clique_holding(columns)
+            ordered = model._ordered(columns)
+            potential = np.transpose(potential, [list(columns).index(c) for c in ordered])
             model.potentials[holder] = model.potentials[holder] + model._aligned(
-                potential, clique, model.cliques[holder]
+                potential, ordered, model.cliques[holder]
             )
         model.marginals = model._calibrate(model.potentials)
+        return model
+
+    def extended(self, column_sets: Sequence[Sequence[str]]) -> GraphicalModel:
+        """A model whose cliques hold this one's and ``column_sets``, starting from this one's potentials
+        (a warm start: the same distribution)."""
+        factors = list(zip(self.cliques, self.potentials, strict=True))
+        model = GraphicalModel.of_log_potentials(self.domain, factors, self.total, column_sets=column_sets)
+        model._step = self._step
         return model
 
     # -- sampling ---------------------------------------------------------------------
