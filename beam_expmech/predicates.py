@@ -184,15 +184,18 @@ class HistogramCounts(_OneCandidatePerRow):
             raise ValueError(f"{bins} bins over [{lower:g}, {upper:g}] are finer than floating point there: use fewer")
 
     def labels(self, indices: Sequence[int]) -> list[str]:
-        return [f"[{self.edges[i]:g}, {self.edges[i + 1]:g})" for i in indices]
+        """Each bin as its edges, to full precision (close edges of a narrow grid stay apart); the last bin
+        holds its upper edge (and, like the first, the values clamped into it)."""
+        last = self.num_candidates - 1
+        return [f"[{float(self.edges[i])!r}, {float(self.edges[i + 1])!r}{']' if i == last else ')'}" for i in indices]
 
     def candidate_of(self, batch: pa.RecordBatch) -> np.ndarray:
         values = batch.column(self.column).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         with np.errstate(over="ignore", invalid="ignore"):  # a warning on stderr would tell of the data (review 11)
             position = values - self.lower  # in place from here: each fresh array costs the kernel its pages
             position *= self.num_candidates / (self.upper - self.lower)
-        np.clip(position, 0, self.num_candidates - 1, out=position)
-        index = position.astype(np.int64)  # truncation is floor on [0, bins - 1]
+            np.clip(position, 0, self.num_candidates - 1, out=position)
+            index = position.astype(np.int64)  # truncation is floor on [0, bins - 1]; NaN casts with a warning
         # The product rounds, and a value within rounding of an edge can land a bin low or high (review 11): a
         # bin is what its label says, [edges[i], edges[i + 1]), so those rows are placed by the edges themselves.
         position -= index  # where in its bin, 0 to 1
@@ -202,6 +205,7 @@ class HistogramCounts(_OneCandidatePerRow):
             bin_ += value >= self.edges[bin_ + 1]
             bin_ -= value < self.edges[bin_]
             index[near] = np.clip(bin_, 0, self.num_candidates - 1)
+        index[np.isnan(values)] = -1  # NaN or null (validation rejects them first): in no bin, whatever the platform
         return index
 
 

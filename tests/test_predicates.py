@@ -154,3 +154,23 @@ def test_histogram_codes_of_huge_values_warn_of_nothing():
         warnings.simplefilter("error")
         codes = family.candidate_of(pa.record_batch({"x": [1e308, -1e308, 5.555e-301]}))
     assert codes.tolist() == [999, 0, 555]
+
+
+def test_histogram_codes_of_nan_and_null_are_in_no_bin_and_warn_of_nothing():
+    """Review 12: NaN and null reach the library's own callers (validation stops them on the command line):
+    they were cast to an integer with a warning on stderr, and to a bin on platforms that cast NaN to 0."""
+    family = HistogramCounts("x", 0.0, 1.0, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        codes = family.candidate_of(pa.record_batch({"x": pa.array([None, 0.55, float("nan"), 1.0], pa.float64())}))
+    assert codes.tolist() == [-1, 5, -1, 9]
+    assert family.count(pa.record_batch({"x": pa.array([None, 0.55], pa.float64())})).sum() == 1
+
+
+def test_histogram_labels_tell_close_edges_apart_and_close_the_last_bin():
+    """Review 12: six digits gave ten bins over [1e6, 1e6 + 1] one label; the last bin holds its upper edge."""
+    family = HistogramCounts("x", 1e6, 1e6 + 1, 10)
+    labels = family.labels(range(10))
+    assert len(set(labels)) == 10
+    assert labels[0] == "[1000000.0, 1000000.1)" and labels[-1] == "[1000000.9, 1000001.0]"
+    assert HistogramCounts("x", 0, 1, 4).labels([0, 3]) == ["[0.0, 0.25)", "[0.75, 1.0]"]

@@ -284,7 +284,10 @@ MUTANTS = [
         "beam_expmech/predicates.py",
         "near = np.flatnonzero((position < self._rounding) | (position > 1 - self._rounding))",
         "near = np.zeros(0, np.intp)",
-        ("tests/test_predicates.py::test_a_value_on_a_histogram_edge_is_in_the_bin_its_label_names",),
+        (
+            "tests/test_predicates.py::test_a_value_on_a_histogram_edge_is_in_the_bin_its_label_names",
+            "tests/audit/test_audit_quantiles.py::test_the_graph_places_values_on_edges_in_the_bins_their_edges_name",
+        ),
     ),
     Mutant(
         "-0.0 and 0.0 as two units (issue 12, item 5)",

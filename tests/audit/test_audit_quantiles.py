@@ -160,6 +160,20 @@ def graph_histogram(tmp_path, name: str, users: list[int], values: list[float], 
     return np.load(captured)
 
 
+def test_the_graph_places_values_on_edges_in_the_bins_their_edges_name(tmp_path):
+    """Review 12: only a unit test saw review 11's edge placement. Here the command line's own graph counts rows
+    on every edge of a grid whose edges the product (v - lower) * bins / width rounds a bin low, and the floats
+    either side: its histogram must be the one the released edges define, [edges[i], edges[i + 1])."""
+    grid = ["--lower", "0.1", "--upper", "0.7", "--bins", "30", "--quantiles", "0.5", "--epsilon", "1"]
+    edges = command_line(grid)[1].edges
+    values = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
+    expected = np.bincount(np.clip(np.searchsorted(edges, values, side="right") - 1, 0, 29), minlength=30)
+    naive = np.clip(((values - 0.1) * (30 / (0.7 - 0.1))).astype(np.int64), 0, 29)
+    assert not np.array_equal(np.bincount(naive, minlength=30), expected)  # the grid is one that tells them apart
+    counted = graph_histogram(tmp_path, "edges", list(range(values.size)), values.tolist(), grid)
+    assert counted.tolist() == expected.tolist()
+
+
 NEIGHBOURS = ["--lower", "0", "--upper", "4", "--bins", "4", "--quantiles", "0.75,0.5", "--epsilon", "1",
               "--privacy-unit", "user", "--max-rows-per-unit", "4"]  # fmt: skip
 
