@@ -164,12 +164,13 @@ def test_the_graph_places_values_on_edges_in_the_bins_their_edges_name(tmp_path)
     """Review 12: only a unit test saw review 11's edge placement. Here the command line's own graph counts rows
     on every edge of a grid whose edges the product (v - lower) * bins / width rounds a bin low, and the floats
     either side: its histogram must be the one the released edges define, [edges[i], edges[i + 1])."""
-    grid = ["--lower", "0.1", "--upper", "0.7", "--bins", "30", "--quantiles", "0.5", "--epsilon", "1"]
+    lower, upper, bins = 0.1, 0.7, 30
+    grid = ["--lower", str(lower), "--upper", str(upper), "--bins", str(bins), "--quantiles", "0.5", "--epsilon", "1"]
     edges = command_line(grid)[1].edges
     values = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
-    expected = np.bincount(np.clip(np.searchsorted(edges, values, side="right") - 1, 0, 29), minlength=30)
-    naive = np.clip(((values - 0.1) * (30 / (0.7 - 0.1))).astype(np.int64), 0, 29)
-    assert not np.array_equal(np.bincount(naive, minlength=30), expected)  # the grid is one that tells them apart
+    expected = np.bincount(np.clip(np.searchsorted(edges, values, side="right") - 1, 0, bins - 1), minlength=bins)
+    naive = np.clip(((values - lower) * (bins / (upper - lower))).astype(np.int64), 0, bins - 1)
+    assert not np.array_equal(np.bincount(naive, minlength=bins), expected)  # a grid that tells them apart
     counted = graph_histogram(tmp_path, "edges", list(range(values.size)), values.tolist(), grid)
     assert counted.tolist() == expected.tolist()
 
