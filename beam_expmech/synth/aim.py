@@ -8,6 +8,10 @@ sensitivity of any marginal: K):
    quarter, and on small data (its size, estimated from those noisy marginals, under
    ``SMALL_DATA`` times the noise scale K / sqrt(2 rho)) the 1-ways are measured again, to 90% of
    rho in all, since noisy marginals of more columns would mostly add noise (``one_way_shares``);
+   codes whose estimated count is under ``RARE`` times its noise are then merged, one merged code
+   a column (as MST does: ``compression``, post-processing), and every later measurement counts
+   rows on the merged codes: a row is still in one cell of a marginal, and fewer cells carry less
+   noise;
 2. each round, the exponential mechanism picks a marginal r from the downward closure of W,
    score w_r (||M_r - N p_r||_1 - sqrt(2/pi) sigma n_r): the model's error on r minus the
    error the measurement's own noise would leave (n_r cells), weighted by
@@ -42,6 +46,7 @@ from beam_expmech.mechanisms import discrete_gaussian
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
+from beam_expmech.synth.compression import RARE, CompressedModel, DomainCompression
 from beam_expmech.synth.graphical_model import Columns, GraphicalModel, Measurement, model_cells
 
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
@@ -104,13 +109,15 @@ def aim(
     tolerance: float = 1.0,
     final_tolerance: float = 0.1,
     one_way_share: float | None = None,
+    rare: float | None = RARE,
     rng: RandomLike = None,
     progress: Callable[[float], None] | None = None,
 ) -> SynthesisResult:
     """Run AIM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
 
     ``one_way_share`` of rho measures the 1-way marginals; by default (None) the rule of
-    ``one_way_shares``. ``rounds`` (default ``ROUNDS_PER_COLUMN`` d) sets the first rounds' budget,
+    ``one_way_shares``. Codes whose estimated 1-way count is under ``rare`` times its noise scale are
+    merged (None: never; ``compression``). ``rounds`` (default ``ROUNDS_PER_COLUMN`` d) sets the first rounds' budget,
     the rest of rho over ``rounds`` each; annealing usually ends the run sooner. Each refit runs
     at most ``iterations`` steps (the last one ``final_iterations``), and stops sooner once its
     steps gain less than ``tolerance`` nats of the measurements' log-likelihood each
@@ -130,6 +137,8 @@ def aim(
     rho = parameters.positive_finite(rho, "rho")
     if one_way_share is not None and not 0 < parameters.positive_finite(one_way_share, "one_way_share") <= 0.99:
         raise ValueError(f"one_way_share must be above 0 and at most 0.99 (the rounds' share), got {one_way_share!r}")
+    if rare is not None:
+        rare = parameters.non_negative_finite(rare, "rare")
     tolerance = parameters.non_negative_finite(tolerance, "tolerance")
     final_tolerance = parameters.non_negative_finite(final_tolerance, "final_tolerance")
     check_parameters(domain, list(marginals), rounds=rounds, max_rows=max_rows, max_cells=max_cells)
@@ -140,6 +149,8 @@ def aim(
     for share in [one_way_share] if one_way_share is not None else one_way_shares(run, rho):
         run.measure_one_ways(share * rho)
     run.fit_first_model(iterations, tolerance)
+    if rare is not None:
+        run.compress(rare, iterations, tolerance)
     sigma, epsilon = _round_parameters((rho - run.spent()) / rounds, max_rows)
     last = False
     while not last:
@@ -156,7 +167,8 @@ def aim(
         if progress is not None:
             progress(min(1.0, run.spent() / rho))
     measured = [m.columns for m in run.measurements]
-    return SynthesisResult(run.model, measured, run.releases, max(1, round(run.model.total)))
+    model = run.model if run.compression is None else CompressedModel(run.model, run.compression)
+    return SynthesisResult(model, measured, run.releases, max(1, round(run.model.total)))
 
 
 @dataclass
@@ -172,6 +184,7 @@ class _AimRun:
     measurements: list[Measurement] = field(default_factory=list)
     model: GraphicalModel = field(init=False)
     cells_with: dict = field(default_factory=dict)  # candidate -> cells of the model extended by it (0: it fits)
+    compression: DomainCompression | None = None  # once rare codes are merged
 
     def spent(self) -> float:
         """The rho released so far."""
@@ -201,6 +214,25 @@ class _AimRun:
         """The model of the 1-way measurements (post-processing; a column measured twice counts twice)."""
         self.model = GraphicalModel(self.domain, [(c,) for c in self.domain], _total(self.measurements))
         self.model.fit(self.measurements, iterations=iterations, tolerance=tolerance)
+
+    def compress(self, rare: float, iterations: int, tolerance: float) -> None:
+        """Merge each column's codes whose count, the inverse-variance weighted mean of its 1-way measurements,
+        is under ``rare`` times that mean's noise scale (post-processing); the true counts, the measurements
+        and the model move onto the merged codes."""
+        estimates, noise = {}, {}
+        for c in self.domain:
+            measured = [m for m in self.measurements if m.columns == (c,)]
+            weight = math.fsum(1 / m.sigma**2 for m in measured)
+            estimates[c] = sum(m.values / m.sigma**2 for m in measured) / weight
+            noise[c] = weight**-0.5
+        compression = DomainCompression.of_estimates(estimates, noise, rare=rare)
+        if not compression.merges():
+            return
+        self.compression, self.domain = compression, compression.domain
+        for r in self.truth:  # one at a time: at most one marginal held twice
+            self.truth[r] = compression.counts(self.truth[r], r)
+        self.measurements = [compression.measurement(m) for m in self.measurements]
+        self.fit_first_model(iterations, tolerance)
 
     def candidates(self, limit: float) -> list[Columns]:
         """The marginals that keep the model within ``limit`` cells (public: the model's structure)."""
@@ -255,10 +287,10 @@ def one_way_shares(run: _AimRun, rho: float) -> Iterator[float]:
 def _total(measurements: list[Measurement]) -> float:
     """The size of the data, estimated from the noisy measurements (post-processing).
 
-    Each measurement's sum is an unbiased estimate with variance sigma^2 times its cells;
+    Each measurement's sum is an unbiased estimate with variance sigma^2 times its noisy cells;
     their inverse-variance weighted mean has the least variance.
     """
-    weights = np.array([1 / (m.sigma**2 * m.values.size) for m in measurements])
+    weights = np.array([1 / (m.sigma**2 * m.noisy_cells()) for m in measurements])
     sums = np.array([m.values.sum() for m in measurements])
     return max(1.0, float((weights * sums).sum() / weights.sum()))
 

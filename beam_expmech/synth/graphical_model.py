@@ -5,6 +5,7 @@ Post-processing only: the model sees noisy measurements and public parameters, n
 The model is a Markov random field, p(x) proportional to exp(sum_C theta_C(x_C)), over the
 maximal cliques C of a junction tree built from the measured column sets. ``fit`` minimises
     sum over measurements m of ||N p_m - y_m||^2 / (2 sigma_m^2)
+(each value's term divided by the number of noisy cells it sums, where it sums several)
 (p_m the model's marginal on m's columns, y_m the noisy counts, N the public total) by entropic
 mirror descent on the log-potentials theta (McKenna, Sheldon, Miklau 2019), with a backtracking
 step, until a step cap or until its steps gain under a tolerance in nats; belief propagation in
@@ -38,11 +39,24 @@ _EINSUM_LABELS = 52  # np.einsum's limit on distinct axes
 
 @dataclass(frozen=True)
 class Measurement:
-    """Noisy counts ``values`` of the marginal on ``columns`` (domain order), noise scale ``sigma``."""
+    """Noisy counts ``values`` of the marginal on ``columns`` (domain order), noise scale ``sigma``.
+
+    ``summed`` (values' shape): how many independently noisy cells each value sums (its variance is
+    that times sigma^2), where a measurement was added up onto fewer cells; None: one each.
+    """
 
     columns: Columns
     values: np.ndarray
     sigma: float
+    summed: np.ndarray | None = None
+
+    def weights(self) -> float | np.ndarray:
+        """The inverse variance of each value."""
+        return 1.0 / self.sigma**2 if self.summed is None else 1.0 / (self.sigma**2 * self.summed)
+
+    def noisy_cells(self) -> int:
+        """How many independently noisy cells the values sum: their total's variance is that times sigma^2."""
+        return self.values.size if self.summed is None else int(self.summed.sum())
 
 
 def junction_tree(domain: dict[str, int], column_sets: Sequence[Sequence[str]]) -> tuple[list[Columns], list]:
@@ -111,7 +125,7 @@ class _Term:
     source: int | None
     axes: tuple[int, ...]
     inside: tuple[int, ...]
-    weight: float
+    weight: float | np.ndarray  # one per value where the values' variances differ
     target: np.ndarray
 
 
@@ -429,8 +443,8 @@ class GraphicalModel:
             loss, weighted, counts = constant, [], []
             for t, probabilities in zip(terms, summed, strict=True):
                 residual = self.total * probabilities - t.target
-                loss += 0.5 * t.weight * float((residual * residual).sum())
                 weighted.append(t.weight * residual)
+                loss += 0.5 * float((weighted[-1] * residual).sum())
                 counts.append(self.total * probabilities)
             return loss, weighted, counts
 
@@ -487,7 +501,7 @@ class GraphicalModel:
     def _terms(self, measurements: Sequence[Measurement]) -> tuple[list[_Term], float]:
         """The loss's terms, one per measured column set, largest first, and the loss's constant part.
 
-        The measurements y_i (weights w_i = 1 / sigma_i^2) of one set give
+        The measurements y_i (weights w_i = 1 / sigma_i^2, or one per value) of one set give
         sum_i w_i ||x - y_i||^2 / 2 = W ||x - ybar||^2 / 2 + (sum_i w_i ||y_i||^2 - W ||ybar||^2) / 2,
         with W = sum_i w_i and ybar = sum_i w_i y_i / W.
         """
@@ -500,13 +514,13 @@ class GraphicalModel:
             grouped.setdefault(m.columns, []).append(m)
         constant, combined = 0.0, {}
         for columns, group in grouped.items():
-            weights = [1.0 / m.sigma**2 for m in group]
-            weight = math.fsum(weights)
+            weights = [m.weights() for m in group]  # a number, or one per value
+            weight = sum(weights)
             target = group[0].values
             if len(group) > 1:
                 target = sum(w * m.values for w, m in zip(weights, group, strict=True)) / weight
-            constant += 0.5 * (sum(w * float((m.values**2).sum()) for w, m in zip(weights, group, strict=True))
-                               - weight * float((target**2).sum()))  # fmt: skip
+            constant += 0.5 * (sum(float((w * m.values**2).sum()) for w, m in zip(weights, group, strict=True))
+                               - float((weight * target**2).sum()))  # fmt: skip
             combined[columns] = (weight, target)
         order = sorted(combined, key=lambda c: (-math.prod(self._shape(c)), -len(c), c))
         terms: list[_Term] = []

@@ -244,6 +244,20 @@ MUTANTS = [
         ("tests/synth/test_aim.py::test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts",),
     ),
     Mutant(
+        "AIM merges rare codes by the true counts, not the noisy 1-ways",
+        "beam_expmech/synth/aim.py",
+        "estimates[c] = sum(m.values / m.sigma**2 for m in measured) / weight",
+        "estimates[c] = self.truth[(c,)].astype(float)",
+        ("tests/synth/test_aim.py::test_rare_codes_are_merged_from_the_noisy_one_ways_never_the_true_counts",),
+    ),
+    Mutant(
+        "merged codes count a row twice",
+        "beam_expmech/synth/compression.py",
+        "onto[np.arange(codes.size), codes] = 1",
+        "onto[np.arange(codes.size), codes] = 2",
+        ("tests/audit/test_audit_synthesis.py::test_aim_selection_on_merged_codes_on_neighbouring_data",),
+    ),
+    Mutant(
         "bounding keeps L + 1 keys per unit",
         "beam_expmech/transforms/bounding.py",
         "kept_pair = _key_ranks(pair_unit, pair_priority, pair_key, keys.dictionary, max_keys) < max_keys",

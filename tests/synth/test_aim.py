@@ -14,6 +14,7 @@ from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth.aim import _AimRun, aim, check_parameters, one_way_shares, scores
 from beam_expmech.synth.baselines import independent_marginals
+from beam_expmech.synth.compression import CompressedModel
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
 
 
@@ -60,7 +61,8 @@ def test_the_model_never_outgrows_its_cap_and_the_run_holds_less_than_it_states(
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert sum(np.prod(p.shape) for p in result.model.potentials) <= 2000
+    fitted = result.model.model if isinstance(result.model, CompressedModel) else result.model  # rare codes merged
+    assert sum(np.prod(p.shape) for p in fitted.potentials) <= 2000
     assert peak <= stated
 
 
@@ -165,3 +167,37 @@ def test_the_first_model_fits_both_measurements_of_each_column():
         w1, w2 = first.sigma**-2, second.sigma**-2
         mean = (w1 * first.values + w2 * second.values) / (w1 + w2)
         np.testing.assert_allclose(run.model.project((c,)), mean - (mean.sum() - total) / mean.size, atol=0.5)
+
+
+def test_rare_codes_are_merged_from_the_noisy_one_ways_never_the_true_counts():
+    """The map reads the released measurements; the true counts only move onto it."""
+    domain = {"a": 4, "b": 2}
+    truth = {("a",): np.array([1000, 0, 0, 0]), ("b",): np.array([600, 400]), ("a", "b"): np.array([[600, 400]] + [[0, 0]] * 3)}
+    run = _AimRun(domain, 1, random_source(100), {r: 1 for r in truth}, truth)
+    noisy = {("a",): [5.0, 900.0, 3.0, 80.0], ("b",): [500.0, 500.0]}  # not the truth: codes 0 and 2 rare here
+    run.measurements = [Measurement(c, np.array(v), 10.0) for c, v in noisy.items()]
+    run.fit_first_model(iterations=100, tolerance=0.0)
+    run.compress(3.0, iterations=100, tolerance=0.0)
+    np.testing.assert_array_equal(run.compression.codes["a"], [2, 0, 2, 1])
+    assert run.domain == {"a": 3, "b": 2}
+    np.testing.assert_array_equal(run.truth[("a",)], [0, 0, 1000])  # the true counts, moved onto the map
+    np.testing.assert_array_equal(run.truth[("a", "b")], [[0, 0], [0, 0], [600, 400]])
+    np.testing.assert_array_equal(run.measurements[0].values, [900.0, 80.0, 8.0])
+
+
+@pytest.mark.parametrize("max_rows", [1, 2])
+def test_with_rare_codes_merged_the_release_answers_on_the_original_codes(max_rows):
+    batch, domain = load("titanic", 5)  # Age has 91 codes, most of them rare at this rho
+    true = marginals(batch, domain, 3)
+    result = aim(true, domain, rho=0.01, max_rows=max_rows, rng=101)
+    assert isinstance(result.model, CompressedModel)
+    assert any(result.model.compression.domain[c] < size for c, size in domain.items())
+    assert math.fsum(r.rho for r in result.releases) <= 0.01
+    for columns in [("Age",), ("Pclass", "Age", "Sex")]:
+        assert result.model.project(columns).shape == tuple(domain[c] for c in columns)
+    rows = result.model.sample(500, random_source(102))
+    assert all(0 <= rows[c].min() and rows[c].max() < domain[c] for c in domain)
+    plain = aim(true, domain, rho=0.01, max_rows=max_rows, rng=101, rare=None)
+    assert isinstance(plain.model, GraphicalModel)
+    with pytest.raises(ValueError, match="rare"):
+        aim(true, domain, rho=0.01, rare=-1.0)

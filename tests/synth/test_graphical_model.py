@@ -263,6 +263,18 @@ def test_repeated_measurements_of_one_set_fit_as_their_inverse_variance_weighted
         np.testing.assert_allclose(one.project(columns), two.project(columns), rtol=1e-6, atol=1e-6)
 
 
+def test_a_value_summing_several_noisy_cells_weighs_as_little_as_its_variance_says():
+    """A value summing k cells has variance k sigma^2: with the total fixed, the fit moves it k times as far
+    as a value of one cell (the weighted least-squares answer y - lambda k, sum = N)."""
+    values = np.array([400.0, 300.0, 200.0, 120.0])
+    summed = np.array([1, 1, 1, 4])
+    model = GraphicalModel({"a": 4}, [("a",)], total=1000.0)
+    model.fit([Measurement(("a",), values, 1.0, summed)], iterations=3000, tolerance=0.0)
+    shift = (values.sum() - 1000.0) / summed.sum()
+    np.testing.assert_allclose(model.project(("a",)), values - shift * summed, atol=1e-3)
+    assert Measurement(("a",), values, 2.0, summed).noisy_cells() == 7
+
+
 def test_a_measurement_out_of_the_domains_order_is_refused():
     """Its counts would be fitted transposed (review 8, finding 6)."""
     model = GraphicalModel(DOMAIN, SETS, total=1000.0)

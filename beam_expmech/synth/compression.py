@@ -1,0 +1,114 @@
+"""Domain compression (MST, McKenna, Miklau, Sheldon 2021): codes too rare to measure are merged.
+
+Once the 1-way marginals are measured, a column's codes whose estimated count is under ``RARE``
+times the noise of that estimate (3, as MST) are merged into one code, where there are two or
+more of them; the likeliest code is always kept, so that no column is left with a single code
+(MST's would, and every later measurement of it would be wasted). Later measurements count rows on the merged codes: a row is still in exactly one
+cell of any marginal, so their sensitivity is unchanged, while fewer cells carry less noise in
+all. The map is built from released measurements only (post-processing), and so is the way back:
+a merged code is spread over its codes as the 1-way estimate spreads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from beam_expmech.mechanisms.randomness import RandomSource
+from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
+from beam_expmech.synth.sampling import allocate
+
+RARE = 3.0  # noise scales under which a code's estimated count is rare (MST's threshold)
+
+
+@dataclass(frozen=True)
+class DomainCompression:
+    """Each column's codes mapped to fewer: kept codes in order, then one code for the rare ones."""
+
+    codes: dict[str, np.ndarray]  # column -> the merged code of each original code
+    within: dict[str, np.ndarray]  # column -> each original code's share of its merged code
+
+    @classmethod
+    def of_estimates(
+        cls, estimates: dict[str, np.ndarray], noise: dict[str, float], *, rare: float = RARE
+    ) -> DomainCompression:
+        """The compression of columns whose estimated 1-way counts are ``estimates``, with noise scale
+        ``noise``: codes under ``rare`` times it are merged (post-processing of those estimates)."""
+        codes, within = {}, {}
+        for column, estimate in estimates.items():
+            kept = estimate >= rare * noise[column]
+            kept[np.argmax(estimate)] = True  # a column of one code would carry nothing: its likeliest stays
+            if kept.size - int(kept.sum()) >= 2:
+                codes[column] = np.where(kept, np.cumsum(kept) - 1, int(kept.sum()))
+            else:  # one rare code or none: nothing to merge
+                codes[column] = np.arange(kept.size)
+            shares = np.clip(estimate, 0.0, None) + 1e-12  # no code made impossible
+            within[column] = shares / np.bincount(codes[column], weights=shares)[codes[column]]
+        return cls(codes, within)
+
+    @property
+    def domain(self) -> dict[str, int]:
+        """The merged codes' domain."""
+        return {c: int(codes.max()) + 1 for c, codes in self.codes.items()}
+
+    def merges(self) -> bool:
+        """Whether any column has fewer codes."""
+        return any(int(codes.max()) + 1 < codes.size for codes in self.codes.values())
+
+    def counts(self, counts: np.ndarray, columns: Sequence[str]) -> np.ndarray:
+        """``counts`` on ``columns`` (axes in that order) added up onto the merged codes."""
+        for axis, column in enumerate(columns):
+            codes = self.codes[column]
+            onto = np.zeros((codes.size, int(codes.max()) + 1), counts.dtype)
+            onto[np.arange(codes.size), codes] = 1
+            counts = np.moveaxis(np.moveaxis(counts, axis, -1) @ onto, -1, axis)
+        return counts
+
+    def measurement(self, measurement: Measurement) -> Measurement:
+        """A measurement added up onto the merged codes: each value now sums several noisy cells."""
+        summed = np.ones(measurement.values.shape) if measurement.summed is None else measurement.summed
+        return Measurement(
+            measurement.columns,
+            self.counts(measurement.values, measurement.columns),
+            measurement.sigma,
+            self.counts(summed, measurement.columns),
+        )
+
+
+class CompressedModel:
+    """A model fitted on merged codes, answering on the original ones (post-processing).
+
+    A merged code's probability is spread over its codes by ``DomainCompression.within``,
+    independently of every other column: p(x) = p_merged(codes(x)) prod_c within_c(x_c).
+    """
+
+    def __init__(self, model: GraphicalModel, compression: DomainCompression):
+        self.model = model
+        self.compression = compression
+
+    @property
+    def total(self) -> float:
+        return self.model.total
+
+    def project(self, columns: Sequence[str]) -> np.ndarray:
+        """The model's counts on ``columns``, axes in the order given, on the original codes."""
+        merged = self.model.project(columns)
+        codes = [self.compression.codes[c] for c in columns]
+        counts = merged[np.ix_(*codes)]
+        for axis, column in enumerate(columns):
+            shape = [1] * len(columns)
+            shape[axis] = -1
+            counts = counts * self.compression.within[column].reshape(shape)
+        return counts
+
+    def sample(self, rows: int, source: RandomSource) -> dict[str, np.ndarray]:
+        """``rows`` rows: the merged model's, each merged code then drawn over its codes (``allocate``)."""
+        out = {}
+        for column, merged in self.model.sample(rows, source).items():
+            codes, within = self.compression.codes[column], self.compression.within[column]
+            table = np.zeros((int(codes.max()) + 1, codes.size))
+            table[codes, np.arange(codes.size)] = within
+            out[column] = allocate(table, merged, source)
+        return out
