@@ -2,11 +2,12 @@
 
 Once the 1-way marginals are measured, a column's codes whose estimated count is under ``RARE``
 times the noise of that estimate (3, as MST) are merged into one code, where there are two or
-more of them; the likeliest code is always kept, so that no column is left with a single code
-(MST's would, and every later measurement of it would be wasted). Later measurements count rows on the merged codes: a row is still in exactly one
-cell of any marginal, so their sensitivity is unchanged, while fewer cells carry less noise in
-all. The map is built from released measurements only (post-processing), and so is the way back:
-a merged code is spread over its codes as the 1-way estimate spreads it.
+more of them. The likeliest code is always kept, so that no column is left with a single code
+(MST's would be, and every later measurement of it wasted). Later measurements count rows on the
+merged codes: a row is still in exactly one cell of any marginal, so their sensitivity is
+unchanged, while fewer cells carry less noise in all. The map is built from released
+measurements only (post-processing), and so is the way back: a merged code is spread over its
+codes as the 1-way estimate spreads it.
 """
 
 from __future__ import annotations

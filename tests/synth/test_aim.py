@@ -172,7 +172,11 @@ def test_the_first_model_fits_both_measurements_of_each_column():
 def test_rare_codes_are_merged_from_the_noisy_one_ways_never_the_true_counts():
     """The map reads the released measurements; the true counts only move onto it."""
     domain = {"a": 4, "b": 2}
-    truth = {("a",): np.array([1000, 0, 0, 0]), ("b",): np.array([600, 400]), ("a", "b"): np.array([[600, 400]] + [[0, 0]] * 3)}
+    truth = {
+        ("a",): np.array([1000, 0, 0, 0]),
+        ("b",): np.array([600, 400]),
+        ("a", "b"): np.array([[600, 400]] + [[0, 0]] * 3),
+    }
     run = _AimRun(domain, 1, random_source(100), {r: 1 for r in truth}, truth)
     noisy = {("a",): [5.0, 900.0, 3.0, 80.0], ("b",): [500.0, 500.0]}  # not the truth: codes 0 and 2 rare here
     run.measurements = [Measurement(c, np.array(v), 10.0) for c, v in noisy.items()]
@@ -196,7 +200,7 @@ def test_with_rare_codes_merged_the_release_answers_on_the_original_codes(max_ro
     for columns in [("Age",), ("Pclass", "Age", "Sex")]:
         assert result.model.project(columns).shape == tuple(domain[c] for c in columns)
     rows = result.model.sample(500, random_source(102))
-    assert all(0 <= rows[c].min() and rows[c].max() < domain[c] for c in domain)
+    assert all(rows[c].min() >= 0 and rows[c].max() < domain[c] for c in domain)
     plain = aim(true, domain, rho=0.01, max_rows=max_rows, rng=101, rare=None)
     assert isinstance(plain.model, GraphicalModel)
     with pytest.raises(ValueError, match="rare"):

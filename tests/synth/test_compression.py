@@ -13,7 +13,7 @@ from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
 
 
 def test_codes_under_the_threshold_merge_into_one_after_the_kept_ones():
-    estimates = {"a": np.array([50.0, 2.0, 40.0, -3.0, 9.0]), "b": np.array([5.0, 20.0, 30.0]), "c": np.array([9.0, 8.0])}
+    estimates = {"a": np.array([50.0, 2.0, 40.0, -3.0, 9.0]), "b": np.array([5.0, 20.0, 30.0]), "c": np.array([9, 8.0])}
     compression = DomainCompression.of_estimates(estimates, {"a": 4.0, "b": 4.0, "c": 10.0}, rare=3.0)
     np.testing.assert_array_equal(compression.codes["a"], [0, 2, 1, 2, 2])  # 50 and 40 kept, in order
     np.testing.assert_array_equal(compression.codes["b"], [0, 1, 2])  # one rare code: nothing to merge
