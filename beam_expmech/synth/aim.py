@@ -55,7 +55,7 @@ _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
 ONE_WAY_SHARE = 0.25  # of rho, on the 1-way marginals
 SMALL_DATA_ONE_WAY_SHARE = 0.9  # in all, where the data is small
 SMALL_DATA = 300  # rows per unit of noise (K / sqrt(2 rho)) under which the data is small
-ROUNDS_PER_COLUMN = 4
+ROUNDS_PER_COLUMN = 16  # 4 from 2026-12-02, 16 again with rare codes merged (2026-12-03)
 _MODEL_COPIES = 16  # model-sized arrays a fit holds (potentials, marginals, their trials, counts, gradients, ...)
 MAX_CELLS = 2_000_000  # of the model
 _LOG = logging.getLogger(__name__)
@@ -74,9 +74,10 @@ def check_parameters(
     The pipeline calls it before it spends any budget, ``aim`` before it starts. A ValueError
     when an argument is bad, the 1-way marginals alone exceed ``max_cells``, or the run would
     hold more than ``MAX_MEMORY``: the workload's counts, the true counts of its downward
-    closure, a fit's copies of a model of at most ``max_cells`` cells, and one measurement
-    per column (twice on small data) and per round (at most ``rounds`` + 1 rounds: each spends at
-    least rho / rounds of the rest), each at most the largest candidate.
+    closure (and one merged copy at a time, while rare codes are merged), a fit's copies of a model
+    of at most ``max_cells`` cells, and one measurement per column (twice on small data) and per
+    round (at most ``rounds`` + 1 rounds: each spends at least rho / rounds of the rest), each at
+    most the largest candidate.
     """
     cells = workload_cells(domain, workload)
     rounds = parameters.count(rounds or ROUNDS_PER_COLUMN * len(domain), "rounds")
@@ -92,6 +93,7 @@ def check_parameters(
     model = min(max_cells, math.prod(domain.values()))
     largest = min(max_cells, max(closure))
     measurements = (2 * len(domain) + rounds + 1) * largest  # the 1-ways at most twice, then the rounds
+    measurements += max(closure)  # a true marginal and its merged copy, while rare codes are merged
     arrays = 8 * (sum(cells) + sum(closure) + _MODEL_COPIES * model + measurements) + EXACT_CELL_BYTES * largest
     return check_memory(arrays, "AIM", "use fewer rounds or columns, or smaller domains")
 
@@ -117,8 +119,8 @@ def aim(
 
     ``one_way_share`` of rho measures the 1-way marginals; by default (None) the rule of
     ``one_way_shares``. Codes whose estimated 1-way count is under ``rare`` times its noise scale are
-    merged (None: never; ``compression``). ``rounds`` (default ``ROUNDS_PER_COLUMN`` d) sets the first rounds' budget,
-    the rest of rho over ``rounds`` each; annealing usually ends the run sooner. Each refit runs
+    merged (None: never; ``compression``). ``rounds`` (default ``ROUNDS_PER_COLUMN`` d) sets the first
+    rounds' budget, the rest of rho over ``rounds`` each; annealing usually ends the run sooner. Each refit runs
     at most ``iterations`` steps (the last one ``final_iterations``), and stops sooner once its
     steps gain less than ``tolerance`` nats of the measurements' log-likelihood each
     (``final_tolerance`` for the last: the released model); see ``GraphicalModel.fit``.
@@ -126,7 +128,8 @@ def aim(
     ``max_rows`` rows per unit.
 
     The 1-way shares and the rounds are defaults of 2026-12-02 (until then half of rho and 16 d),
-    chosen on half of the benchmark's tables, never the other half (benchmarks/tune_synth.py).
+    chosen on half of the benchmark's tables, never the other half (benchmarks/tune_synth.py); the
+    merging of rare codes and 16 rounds a column (4 on 2026-12-02) by the same rule on 2026-12-03.
 
     The tolerances are defaults new on 2026-12-02 (until then every refit ran all its steps), so
     that a 15-column table of UCI Adult's layout runs in minutes (issue 16). They were set from
@@ -148,9 +151,9 @@ def aim(
     run = _AimRun(domain, max_rows, random_source(rng), weights, {r: _marginal_from(marginals, r) for r in weights})
     for share in [one_way_share] if one_way_share is not None else one_way_shares(run, rho):
         run.measure_one_ways(share * rho)
-    run.fit_first_model(iterations, tolerance)
     if rare is not None:
-        run.compress(rare, iterations, tolerance)
+        run.compress(rare)
+    run.fit_first_model(iterations, tolerance)
     sigma, epsilon = _round_parameters((rho - run.spent()) / rounds, max_rows)
     last = False
     while not last:
@@ -215,10 +218,10 @@ class _AimRun:
         self.model = GraphicalModel(self.domain, [(c,) for c in self.domain], _total(self.measurements))
         self.model.fit(self.measurements, iterations=iterations, tolerance=tolerance)
 
-    def compress(self, rare: float, iterations: int, tolerance: float) -> None:
+    def compress(self, rare: float) -> None:
         """Merge each column's codes whose count, the inverse-variance weighted mean of its 1-way measurements,
-        is under ``rare`` times that mean's noise scale (post-processing); the true counts, the measurements
-        and the model move onto the merged codes."""
+        is under ``rare`` times that mean's noise scale (post-processing); the true counts and the measurements
+        move onto the merged codes."""
         estimates, noise = {}, {}
         for c in self.domain:
             measured = [m for m in self.measurements if m.columns == (c,)]
@@ -232,7 +235,6 @@ class _AimRun:
         for r in self.truth:  # one at a time: at most one marginal held twice
             self.truth[r] = compression.counts(self.truth[r], r)
         self.measurements = [compression.measurement(m) for m in self.measurements]
-        self.fit_first_model(iterations, tolerance)
 
     def candidates(self, limit: float) -> list[Columns]:
         """The marginals that keep the model within ``limit`` cells (public: the model's structure)."""

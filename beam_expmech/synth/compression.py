@@ -54,17 +54,19 @@ class DomainCompression:
         """The merged codes' domain."""
         return {c: int(codes.max()) + 1 for c, codes in self.codes.items()}
 
-    def merges(self) -> bool:
-        """Whether any column has fewer codes."""
-        return any(int(codes.max()) + 1 < codes.size for codes in self.codes.values())
+    def merges(self, column: str | None = None) -> bool:
+        """Whether ``column`` (None: any column) has fewer codes."""
+        columns = self.codes if column is None else [column]
+        return any(int(self.codes[c].max()) + 1 < self.codes[c].size for c in columns)
 
     def counts(self, counts: np.ndarray, columns: Sequence[str]) -> np.ndarray:
         """``counts`` on ``columns`` (axes in that order) added up onto the merged codes."""
         for axis, column in enumerate(columns):
-            codes = self.codes[column]
-            onto = np.zeros((codes.size, int(codes.max()) + 1), counts.dtype)
-            onto[np.arange(codes.size), codes] = 1
-            counts = np.moveaxis(np.moveaxis(counts, axis, -1) @ onto, -1, axis)
+            if self.merges(column):  # each original code's slice added into its merged code's
+                moved = np.moveaxis(counts, axis, 0)
+                merged = np.zeros((int(self.codes[column].max()) + 1, *moved.shape[1:]), counts.dtype)
+                np.add.at(merged, self.codes[column], moved)
+                counts = np.moveaxis(merged, 0, axis)
         return counts
 
     def measurement(self, measurement: Measurement) -> Measurement:
@@ -105,11 +107,17 @@ class CompressedModel:
         return counts
 
     def sample(self, rows: int, source: RandomSource) -> dict[str, np.ndarray]:
-        """``rows`` rows: the merged model's, each merged code then drawn over its codes (``allocate``)."""
+        """``rows`` rows: the merged model's, each row of a merged code then drawn over its codes by the
+        ``within`` shares (``allocate``: one systematic sample, in a uniformly random order)."""
         out = {}
         for column, merged in self.model.sample(rows, source).items():
-            codes, within = self.compression.codes[column], self.compression.within[column]
-            table = np.zeros((int(codes.max()) + 1, codes.size))
-            table[codes, np.arange(codes.size)] = within
-            out[column] = allocate(table, merged, source)
+            out[column] = merged
+            if self.compression.merges(column):
+                codes, rare_code = self.compression.codes[column], int(self.compression.codes[column].max())
+                kept, rare = np.flatnonzero(codes != rare_code), np.flatnonzero(codes == rare_code)
+                is_rare = merged == rare_code
+                out[column] = np.empty_like(merged)
+                out[column][~is_rare] = kept[merged[~is_rare]]
+                table = self.compression.within[column][rare][None, :]
+                out[column][is_rare] = rare[allocate(table, np.zeros(int(is_rare.sum()), np.int64), source)]
         return out

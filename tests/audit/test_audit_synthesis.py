@@ -172,8 +172,8 @@ def test_aim_selection_on_merged_codes_on_neighbouring_data(audit):
         run = aim_module._AimRun(domain, max_rows, random_source(98), dict(weights),
                                  {r: aim_module._marginal_from(workload, r) for r in candidates})  # fmt: skip
         run.measure_one_ways(0.002)
+        run.compress(aim_module.RARE)
         run.fit_first_model(iterations=100, tolerance=1.0)
-        run.compress(aim_module.RARE, iterations=100, tolerance=1.0)
         assert run.compression is not None and run.domain != domain  # codes were merged
         for _ in range(5):
             neighbour = marginals(with_one_more_unit(batch, domain, max_rows, rng), domain, 3)
