@@ -120,8 +120,8 @@ def aim(
     ``one_way_share`` of rho measures the 1-way marginals; by default (None) the rule of
     ``one_way_shares``. Codes whose estimated 1-way count is under ``rare`` times its noise scale are
     merged (None: never; ``compression``). ``rounds`` (default ``ROUNDS_PER_COLUMN`` d) sets the first
-    rounds' budget, the rest of rho over ``rounds`` each; annealing usually ends the run sooner. Each refit runs
-    at most ``iterations`` steps (the last one ``final_iterations``), and stops sooner once its
+    rounds' budget, the rest of rho over ``rounds`` each; annealing usually ends the run sooner.
+    Each refit runs at most ``iterations`` steps (the last one ``final_iterations``), and stops sooner once its
     steps gain less than ``tolerance`` nats of the measurements' log-likelihood each
     (``final_tolerance`` for the last: the released model); see ``GraphicalModel.fit``.
     ``progress`` is called with the share of rho spent. Privacy: rho-zCDP with at most

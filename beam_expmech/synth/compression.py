@@ -113,7 +113,8 @@ class CompressedModel:
         for column, merged in self.model.sample(rows, source).items():
             out[column] = merged
             if self.compression.merges(column):
-                codes, rare_code = self.compression.codes[column], int(self.compression.codes[column].max())
+                codes = self.compression.codes[column]
+                rare_code = int(codes.max())  # the merged code, after the kept ones
                 kept, rare = np.flatnonzero(codes != rare_code), np.flatnonzero(codes == rare_code)
                 is_rare = merged == rare_code
                 out[column] = np.empty_like(merged)
