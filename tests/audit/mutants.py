@@ -253,8 +253,8 @@ MUTANTS = [
     Mutant(
         "merged codes count a row twice",
         "beam_expmech/synth/compression.py",
-        "onto[np.arange(codes.size), codes] = 1",
-        "onto[np.arange(codes.size), codes] = 2",
+        "np.add.at(merged, self.codes[column], moved)",
+        "np.add.at(merged, self.codes[column], 2 * moved)",
         ("tests/audit/test_audit_synthesis.py::test_aim_selection_on_merged_codes_on_neighbouring_data",),
     ),
     Mutant(
