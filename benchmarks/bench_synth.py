@@ -88,6 +88,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -103,6 +104,12 @@ from beam_expmech.synth.mwem import mwem
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 DELTA = 1e-9
+
+
+class Table(NamedTuple):
+    batch: pa.RecordBatch
+    domain: dict[str, int]
+    ordered: frozenset[str] = frozenset()  # the columns binned from numbers here (AIM smooths their rare bins)
 
 
 def payroll(rows: int = 135_727, seed: int = 0) -> tuple[pa.RecordBatch, dict[str, int]]:
@@ -162,9 +169,9 @@ def _package_file(package: str, *parts: str) -> Path:
 
 
 def _grid(lower: float, upper: float, bins: int):
-    """A public equal-width grid: float values to codes 0 .. bins - 1."""
+    """A public equal-width grid: float values to codes 0 .. bins - 1, in order."""
     grid = NumericGrid(lower, upper, bins)
-    return bins, lambda values: grid.codes(np.asarray(values, dtype=np.float64))[0]
+    return bins, lambda values: grid.codes(np.asarray(values, dtype=np.float64))[0], True
 
 
 def _categories(*values):
@@ -175,7 +182,7 @@ def _categories(*values):
         keys = [float(v) if not isinstance(values[0], str) else v for v in raw]
         return np.array([index[k] for k in keys], dtype=np.int64)
 
-    return len(values), encode
+    return len(values), encode, False
 
 
 def _read_csv(path: Path, delimiter: str = ",", header: bool = True):
@@ -186,10 +193,13 @@ def _read_csv(path: Path, delimiter: str = ",", header: bool = True):
     return names, rows[1:] if header else rows
 
 
-def _table(raw: dict[str, list], specs: dict[str, tuple]) -> tuple[pa.RecordBatch, dict[str, int]]:
-    return pa.record_batch({c: encode(raw[c]) for c, (_, encode) in specs.items()}), {
-        c: size for c, (size, _) in specs.items()
-    }
+def _table(raw: dict[str, list], specs: dict[str, tuple]) -> Table:
+    """specs: column -> (codes, encode, ordered) from ``_grid`` or ``_categories``."""
+    return Table(
+        pa.record_batch({c: encode(raw[c]) for c, (_, encode, _) in specs.items()}),
+        {c: size for c, (size, _, _) in specs.items()},
+        frozenset(c for c, (_, _, ordered) in specs.items() if ordered),
+    )
 
 
 def _columns(names: list[str], rows: list[list[str]], floats: set[str]) -> dict[str, list]:
@@ -327,11 +337,11 @@ WHEEL_TABLES = {
 DATASETS = ["nltcs", "titanic", "payroll", "wide", *WHEEL_TABLES]
 
 
-def load(name: str) -> tuple[pa.RecordBatch, dict[str, int]]:
+def load(name: str) -> Table:
     if name == "payroll":
-        return payroll()
+        return Table(*payroll())
     if name == "wide":
-        return wide()
+        return Table(*wide())
     if name in WHEEL_TABLES:
         return WHEEL_TABLES[name]()
     domain = json.loads((DATA / name / "domain.json").read_text())
@@ -339,7 +349,7 @@ def load(name: str) -> tuple[pa.RecordBatch, dict[str, int]]:
         reader = csv.reader(handle)
         header = next(reader)
         rows = np.array([[int(v) for v in row] for row in reader])
-    return pa.record_batch({c: rows[:, header.index(c)] for c in domain}), domain
+    return Table(pa.record_batch({c: rows[:, header.index(c)] for c in domain}), domain)
 
 
 def counts(batch: pa.RecordBatch, domain: dict[str, int], degree: int) -> dict:
@@ -478,7 +488,7 @@ def main() -> None:
         flush=True,
     )
     for name in args.datasets.split(","):
-        batch, domain = load(name)
+        batch, domain, ordered = load(name)
         true = counts(batch, domain, 3)
         one_way = {m[0]: c for m, c in counts(batch, domain, 1).items()}
         for epsilon in (float(e) for e in args.epsilons.split(",")):
@@ -486,7 +496,7 @@ def main() -> None:
             rows: dict[str, list] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(
-                    batch, domain, true, one_way, epsilon, rho, seed, args, ref_rounds.get(name, ref_default)
+                    batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_rounds.get(name, ref_default)
                 ):
                     start = time.perf_counter()
                     fitted = fit()
@@ -517,11 +527,11 @@ def write_wide(directory: Path) -> None:
     print(f"wrote {batch.num_rows:,} rows to {directory / 'wide.parquet'} and {directory / 'domain.json'}")
 
 
-def generators(batch, domain, true, one_way, epsilon, rho, seed, args, ref_aim_rounds):
+def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_aim_rounds):
     """(method, fit) pairs: each fit runs one generator and returns it as a Fitted."""
     references = set() if args.no_reference else set(args.references.split(","))
     if not args.no_ours:
-        yield "aim", lambda: _ours(aim(true, domain, rho=rho, rng=seed).model)
+        yield "aim", lambda: _ours(aim(true, domain, rho=rho, ordered=ordered, rng=seed).model)
         yield "mwem", lambda: _ours(mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model)
     if "mst" in references:
         yield "ref MST", lambda: reference(batch, domain, rho, "mst", None)

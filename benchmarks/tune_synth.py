@@ -1,7 +1,7 @@
 """AIM's defaults, chosen on half of bench_synth's tables and never on the other half.
 
     python -m benchmarks.tune_synth [--seeds 3] [--epsilons 1.0,0.3] [--shares 0.25,0.5,0.75] [--rounds 4,8,16,32]
-                                    [--rare none,3]
+                                    [--rare none,3] [--smoothing 0.5] [--tables diabetes,anes96,fair]
 
 The rule, fixed before any run (2026-12-02, issue 16):
   * the split: bench_synth's ten tables sorted by their number of rows, the 2nd, 4th, ... tune
@@ -10,9 +10,11 @@ The rule, fixed before any run (2026-12-02, issue 16):
     halves alike in size; this parity keeps the slowest table (wide) out of the grid.
   * the grid: AIM's share of rho on the 1-way marginals times its rounds per column (rounds = that
     times the number of columns; the first rounds' budget is the rest of rho over the rounds), and
-    (2026-12-03) times whether rare codes are merged (``aim(rare=...)``: none, or MST's 3).
-  * the rules: a setting for every table, or one for large data and one for small (the same rounds
-    and merging, a larger share of rho on the 1-ways for small data), where small means
+    (2026-12-03) times whether rare codes are merged (``aim(rare=...)``: none, or MST's 3), and
+    (2026-12-03, later) times the weight of an ordered column's neighbouring bins in a merged code's
+    spread (``aim(smoothing=...)``).
+  * the rules: a setting for every table, or one for large data and one for small (the same rounds,
+    merging and smoothing, a larger share of rho on the 1-ways for small data), where small means
     fewer than z0 rows per unit of the noise a measurement spending all of rho would have (the rows,
     estimated by AIM from its noisy 1-ways, times sqrt(2 rho) / K), z0 in 30, 100, 300, 1000. A rule's
     error on a (table, epsilon) is its setting's from the grid, picked by the table's true size (AIM's
@@ -25,7 +27,10 @@ The rule, fixed before any run (2026-12-02, issue 16):
 Every setting runs the same seeds. Privacy does not enter: each run is a complete AIM at the given rho.
 The rule chosen on 2026-12-02 (docs/benchmarks.md): a quarter of rho on the 1-ways, 90% on small data
 (z0 = 300), 4 rounds a column. On 2026-12-03, with merging in the grid: the same shares, rare codes
-merged, 16 rounds a column: aim()'s defaults since.
+merged, 16 rounds a column: aim()'s defaults since. Then the smoothing weight, the rest held at that
+rule's values: ``--shares 0.25,0.9 --rounds 16 --rare 3 --smoothing 0,0.25,0.5,1 --seeds 10 --tables
+diabetes,anes96,fair`` (the tuning tables with numeric columns; nltcs and payroll have none, so every
+weight scores alike there), docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -43,16 +48,32 @@ from benchmarks.bench_synth import DELTA, counts, errors, load
 
 TUNING = ["diabetes", "anes96", "fair", "nltcs", "payroll"]
 REPORTED = ["penguins", "breast_cancer", "titanic", "randhie", "wide"]
-DEFAULTS = (0.5, 16, None)  # (one_way_share, rounds per column, rare) in aim() before this rule ran
+DEFAULTS = (0.5, 16, None, 0.0)  # (one_way_share, rounds per column, rare, smoothing) in aim() before this rule ran
 MARGIN = 0.01  # a rule must beat the old defaults by this much to replace them
 SMALL = [30, 100, 300, 1000]  # z0: rows per unit of noise under which a table is small
 
 
 def model_error(
-    true: dict, domain: dict[str, int], rho: float, seed: int, share: float, per_column: int, rare: float | None
+    true: dict,
+    domain: dict[str, int],
+    ordered: frozenset[str],
+    rho: float,
+    seed: int,
+    setting: tuple[float, int, float | None, float],
 ) -> float:
+    share, per_column, rare, smoothing = setting
     rounds = per_column * len(domain)
-    model = aim(true, domain, rho=rho, rng=seed, one_way_share=share, rounds=rounds, rare=rare).model
+    model = aim(
+        true,
+        domain,
+        rho=rho,
+        rng=seed,
+        one_way_share=share,
+        rounds=rounds,
+        rare=rare,
+        ordered=ordered,
+        smoothing=smoothing,
+    ).model
     return errors(true, lambda m: model.project(m) / model.total)[0]
 
 
@@ -63,27 +84,36 @@ def main() -> None:
     parser.add_argument("--shares", default="0.25,0.5,0.75")
     parser.add_argument("--rounds", default="4,8,16,32", help="rounds per column")
     parser.add_argument("--rare", default="none,3", help="aim(rare=...): none never merges codes")
+    parser.add_argument("--smoothing", default="0.5", help="aim(smoothing=...): 0 never smooths")
     parser.add_argument("--tables", default=",".join(TUNING))
     args = parser.parse_args()
     rares = [None if r == "none" else float(r) for r in args.rare.split(",")]
-    settings = list(itertools.product(map(float, args.shares.split(",")), map(int, args.rounds.split(",")), rares))
+    settings = list(
+        itertools.product(
+            map(float, args.shares.split(",")),
+            map(int, args.rounds.split(",")),
+            rares,
+            map(float, args.smoothing.split(",")),
+        )
+    )
     if DEFAULTS not in settings:
         settings.insert(0, DEFAULTS)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     medians: dict[tuple, dict[tuple, float]] = {s: {} for s in settings}
-    print(f"{'table':<9} {'epsilon':>7} " + " ".join(f"{f'{s:g}/{r}/{m}':>12}" for s, r, m in settings), flush=True)
+    print(f"{'table':<9} {'epsilon':>7} " + " ".join(f"{f'{s:g}/{r}/{m}/{w:g}':>15}" for s, r, m, w in settings),
+          flush=True)  # fmt: skip
     rows = {}
     for name in args.tables.split(","):
-        batch, domain = load(name)
+        batch, domain, ordered = load(name)
         rows[name] = batch.num_rows
         true = counts(batch, domain, 3)
         for epsilon in epsilons:
             rho = epsilon_to_zcdp(epsilon, delta=DELTA)
             start = time.perf_counter()
             for setting in settings:
-                runs = [model_error(true, domain, rho, seed, *setting) for seed in range(args.seeds)]
+                runs = [model_error(true, domain, ordered, rho, seed, setting) for seed in range(args.seeds)]
                 medians[setting][name, epsilon] = float(np.median(runs))
-            row = " ".join(f"{medians[s][name, epsilon]:>12.4f}" for s in settings)
+            row = " ".join(f"{medians[s][name, epsilon]:>15.4f}" for s in settings)
             print(f"{name:<9} {epsilon:>7g} {row}   ({time.perf_counter() - start:.0f} s)", flush=True)
     base = medians[DEFAULTS]
     z = {k: rows[k[0]] * math.sqrt(2 * epsilon_to_zcdp(k[1], delta=DELTA)) for k in base}  # K = 1
@@ -91,11 +121,13 @@ def main() -> None:
     def score(pick) -> float:  # pick: (table, epsilon) -> setting
         return float(np.exp(np.mean([np.log(medians[pick(k)][k] / base[k]) for k in base])))
 
-    rules = {f"{s:g} / {r} rounds / rare {m}": (lambda k, s=(s, r, m): s) for s, r, m in settings}
-    for (low, r, m), (high, r2, m2), z0 in itertools.product(settings, settings, SMALL):
-        if r == r2 and m == m2 and low < high:
-            rules[f"{low:g}, {high:g} under {z0} / {r} rounds / rare {m}"] = (
-                lambda k, a=(low, r, m), b=(high, r, m), z0=z0: b if z[k] < z0 else a
+    rules = {f"{s:g} / {r} rounds / rare {m} / smoothing {w:g}": (lambda k, s=(s, r, m, w): s)
+             for s, r, m, w in settings}  # fmt: skip
+    for (low, *rest), (high, *rest2), z0 in itertools.product(settings, settings, SMALL):
+        if rest == rest2 and low < high:
+            r, m, w = rest
+            rules[f"{low:g}, {high:g} under {z0} / {r} rounds / rare {m} / smoothing {w:g}"] = (
+                lambda k, a=(low, *rest), b=(high, *rest), z0=z0: b if z[k] < z0 else a
             )
     scores = {name: score(pick) for name, pick in rules.items()}
     for name in sorted(scores, key=scores.__getitem__)[:10]:

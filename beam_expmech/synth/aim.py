@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,7 +46,7 @@ from beam_expmech.mechanisms import discrete_gaussian
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
-from beam_expmech.synth.compression import RARE, CompressedModel, DomainCompression
+from beam_expmech.synth.compression import RARE, SMOOTHING, CompressedModel, DomainCompression
 from beam_expmech.synth.graphical_model import Columns, GraphicalModel, Measurement, model_cells
 
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
@@ -112,6 +112,8 @@ def aim(
     final_tolerance: float = 0.1,
     one_way_share: float | None = None,
     rare: float | None = RARE,
+    ordered: Collection[str] = (),
+    smoothing: float = SMOOTHING,
     rng: RandomLike = None,
     progress: Callable[[float], None] | None = None,
 ) -> SynthesisResult:
@@ -119,8 +121,10 @@ def aim(
 
     ``one_way_share`` of rho measures the 1-way marginals; by default (None) the rule of
     ``one_way_shares``. Codes whose estimated 1-way count is under ``rare`` times its noise scale are
-    merged (None: never; ``compression``). ``rounds`` (default ``ROUNDS_PER_COLUMN`` d) sets the first
-    rounds' budget, the rest of rho over ``rounds`` each; annealing usually ends the run sooner.
+    merged (None: never; ``compression``), and spread back over their codes by the 1-way estimates, on the
+    ``ordered`` columns (a number's bins, in order) smoothed with weight ``smoothing``. ``rounds`` (default
+    ``ROUNDS_PER_COLUMN`` d) sets the first rounds' budget, the rest of rho over ``rounds`` each; annealing
+    usually ends the run sooner.
     Each refit runs at most ``iterations`` steps (the last one ``final_iterations``), and stops sooner once its
     steps gain less than ``tolerance`` nats of the measurements' log-likelihood each
     (``final_tolerance`` for the last: the released model); see ``GraphicalModel.fit``.
@@ -142,6 +146,10 @@ def aim(
         raise ValueError(f"one_way_share must be above 0 and at most 0.99 (the rounds' share), got {one_way_share!r}")
     if rare is not None:
         rare = parameters.non_negative_finite(rare, "rare")
+    smoothing = parameters.non_negative_finite(smoothing, "smoothing")
+    unknown = [c for c in ordered if c not in domain]
+    if unknown:
+        raise ValueError(f"ordered column {unknown[0]!r} is not in the domain")
     tolerance = parameters.non_negative_finite(tolerance, "tolerance")
     final_tolerance = parameters.non_negative_finite(final_tolerance, "final_tolerance")
     check_parameters(domain, list(marginals), rounds=rounds, max_rows=max_rows, max_cells=max_cells)
@@ -152,7 +160,7 @@ def aim(
     for share in [one_way_share] if one_way_share is not None else one_way_shares(run, rho):
         run.measure_one_ways(share * rho)
     if rare is not None:
-        run.compress(rare)
+        run.compress(rare, frozenset(ordered), smoothing)
     run.fit_first_model(iterations, tolerance)
     sigma, epsilon = _round_parameters((rho - run.spent()) / rounds, max_rows)
     last = False
@@ -218,17 +226,17 @@ class _AimRun:
         self.model = GraphicalModel(self.domain, [(c,) for c in self.domain], _total(self.measurements))
         self.model.fit(self.measurements, iterations=iterations, tolerance=tolerance)
 
-    def compress(self, rare: float) -> None:
+    def compress(self, rare: float, ordered: frozenset[str], smoothing: float) -> None:
         """Merge each column's codes whose count, the inverse-variance weighted mean of its 1-way measurements,
         is under ``rare`` times that mean's noise scale (post-processing); the true counts and the measurements
-        move onto the merged codes."""
+        move onto the merged codes (``DomainCompression.of_estimates``: ``ordered``, ``smoothing``)."""
         estimates, noise = {}, {}
         for c in self.domain:
             measured = [m for m in self.measurements if m.columns == (c,)]
             weight = math.fsum(1 / m.sigma**2 for m in measured)
             estimates[c] = sum(m.values / m.sigma**2 for m in measured) / weight
             noise[c] = weight**-0.5
-        compression = DomainCompression.of_estimates(estimates, noise, rare=rare)
+        compression = DomainCompression.of_estimates(estimates, noise, rare=rare, ordered=ordered, smoothing=smoothing)
         if not compression.merges():
             return
         self.compression, self.domain = compression, compression.domain

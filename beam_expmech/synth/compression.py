@@ -7,12 +7,14 @@ more of them. The likeliest code is always kept, so that no column is left with 
 merged codes: a row is still in exactly one cell of any marginal, so their sensitivity is
 unchanged, while fewer cells carry less noise in all. The map is built from released
 measurements only (post-processing), and so is the way back: a merged code is spread over its
-codes as the 1-way estimate spreads it.
+codes as the 1-way estimate spreads it. On an ordered column (a numeric column's bins) that estimate
+is first smoothed, each code's count blended with its neighbours' (``SMOOTHING``): the merged codes'
+counts are mostly noise, and neighbouring bins of a number hold similar counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +24,7 @@ from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
 from beam_expmech.synth.sampling import allocate
 
 RARE = 3.0  # noise scales under which a code's estimated count is rare (MST's threshold)
+SMOOTHING = 0.5  # an ordered column's neighbouring codes' weight, each, in a merged code's spread (tune_synth.py)
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,18 @@ class DomainCompression:
 
     @classmethod
     def of_estimates(
-        cls, estimates: dict[str, np.ndarray], noise: dict[str, float], *, rare: float = RARE
+        cls,
+        estimates: dict[str, np.ndarray],
+        noise: dict[str, float],
+        *,
+        rare: float = RARE,
+        ordered: Collection[str] = (),
+        smoothing: float = SMOOTHING,
     ) -> DomainCompression:
         """The compression of columns whose estimated 1-way counts are ``estimates``, with noise scale
-        ``noise``: codes under ``rare`` times it are merged (post-processing of those estimates)."""
+        ``noise``: codes under ``rare`` times it are merged (post-processing of those estimates). A
+        merged code is spread over its codes by their estimates, clipped at 0 and, on the ``ordered``
+        columns, each blended with its neighbours' at weight ``smoothing``."""
         codes, within = {}, {}
         for column, estimate in estimates.items():
             kept = estimate >= rare * noise[column]
@@ -45,7 +56,10 @@ class DomainCompression:
                 codes[column] = np.where(kept, np.cumsum(kept) - 1, int(kept.sum()))
             else:  # one rare code or none: nothing to merge
                 codes[column] = np.arange(kept.size)
-            shares = np.clip(estimate, 0.0, None) + 1e-12  # no code made impossible
+            shares = np.clip(estimate, 0.0, None)
+            if column in ordered:
+                shares = _smoothed(shares, smoothing)
+            shares = shares + 1e-12  # no code made impossible
             within[column] = shares / np.bincount(codes[column], weights=shares)[codes[column]]
         return cls(codes, within)
 
@@ -78,6 +92,18 @@ class DomainCompression:
             measurement.sigma,
             self.counts(summed, measurement.columns),
         )
+
+
+def _smoothed(counts: np.ndarray, weight: float) -> np.ndarray:
+    """Each count blended with its two neighbours' (weight ``weight`` each, its own 1), renormalised at the ends."""
+    if weight == 0 or counts.size < 2:
+        return counts
+    neighbours, present = np.zeros_like(counts), np.zeros_like(counts)
+    neighbours[1:] += counts[:-1]
+    neighbours[:-1] += counts[1:]
+    present[1:] += 1
+    present[:-1] += 1
+    return (counts + weight * neighbours) / (1 + weight * present)
 
 
 class CompressedModel:

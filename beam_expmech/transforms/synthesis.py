@@ -157,7 +157,7 @@ class PrivateSynthesis(beam.PTransform):
         workload = self.family.split(counts)
         if self.method == "aim":
             result = aim.aim(workload, self.domain, rho=self.rho, rounds=self.rounds, max_rows=self.max_rows,
-                             rng=self.seed, progress=self.progress)  # fmt: skip
+                             ordered=self.grids.keys(), rng=self.seed, progress=self.progress)  # fmt: skip
             details = {}
         else:
             result = mwem.mwem(

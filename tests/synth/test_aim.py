@@ -81,6 +81,9 @@ def test_one_way_marginals_over_the_cap_are_refused_before_any_count_is_read():
         ({"tolerance": -1.0}, "tolerance"),
         ({"final_tolerance": float("nan")}, "final_tolerance"),
         ({"tolerance": True}, "tolerance must be a real number"),  # review 8
+        ({"smoothing": -0.5}, "smoothing"),
+        ({"smoothing": float("inf")}, "smoothing"),
+        ({"ordered": ["bathing", "nonexistent"]}, "ordered column 'nonexistent' is not in the domain"),
     ],
 )
 def test_bad_arguments(change, message):
@@ -180,8 +183,11 @@ def test_rare_codes_are_merged_from_the_noisy_one_ways_never_the_true_counts():
     run = _AimRun(domain, 1, random_source(100), {r: 1 for r in truth}, truth)
     noisy = {("a",): [5.0, 900.0, 3.0, 80.0], ("b",): [500.0, 500.0]}  # not the truth: codes 0 and 2 rare here
     run.measurements = [Measurement(c, np.array(v), 10.0) for c, v in noisy.items()]
-    run.compress(3.0)
+    run.compress(3.0, frozenset({"a"}), 0.5)
     np.testing.assert_array_equal(run.compression.codes["a"], [2, 0, 2, 1])
+    # a's rare codes 0 and 2 spread by their noisy counts (5, 3) blended with their neighbours' (900; 900 and 80)
+    smoothed = np.array([(5 + 450) / 1.5, (3 + 490) / 2])
+    np.testing.assert_allclose(run.compression.within["a"][[0, 2]], smoothed / smoothed.sum(), rtol=1e-9)
     assert run.domain == {"a": 3, "b": 2}
     np.testing.assert_array_equal(run.truth[("a",)], [0, 0, 1000])  # the true counts, moved onto the map
     np.testing.assert_array_equal(run.truth[("a", "b")], [[0, 0], [0, 0], [600, 400]])

@@ -26,6 +26,22 @@ def test_codes_under_the_threshold_merge_into_one_after_the_kept_ones():
     assert not DomainCompression.of_estimates(estimates, {"a": 0.1, "b": 0.1, "c": 0.1}).merges()
 
 
+def test_an_ordered_columns_merged_code_is_spread_by_its_estimates_smoothed_over_neighbouring_bins():
+    estimate = np.array([2.0, 100.0, -4.0, 6.0, 1.0])  # codes 0, 2, 3, 4 rare under 3 x 4
+    compression = DomainCompression.of_estimates(
+        {"x": estimate, "c": estimate}, {"x": 4.0, "c": 4.0}, rare=3.0, ordered={"x"}, smoothing=0.5
+    )
+    np.testing.assert_array_equal(compression.codes["x"], compression.codes["c"])  # smoothing never moves the map
+    np.testing.assert_array_equal(compression.codes["x"], [1, 0, 1, 1, 1])
+    # clipped [2, 100, 0, 6, 1], each blended with its neighbours at half weight, renormalised at the ends
+    smoothed = np.array([(2 + 50) / 1.5, (0 + 53) / 2, (6 + 0.5) / 2, (1 + 3) / 1.5])
+    np.testing.assert_allclose(compression.within["x"][[0, 2, 3, 4]], smoothed / smoothed.sum(), rtol=1e-9)
+    np.testing.assert_allclose(compression.within["c"][[0, 2, 3, 4]], np.array([2, 0, 6, 1]) / 9, atol=1e-9)
+    assert compression.within["x"][1] == compression.within["c"][1] == 1.0
+    unsmoothed = DomainCompression.of_estimates({"x": estimate}, {"x": 4.0}, rare=3.0, ordered={"x"}, smoothing=0.0)
+    np.testing.assert_array_equal(unsmoothed.within["x"], compression.within["c"])
+
+
 def compression_of(domain, rng) -> DomainCompression:
     estimates = {c: rng.exponential(10.0, size) for c, size in domain.items()}
     return DomainCompression.of_estimates(estimates, {c: 3.0 for c in domain}, rare=2.0)

@@ -11,6 +11,7 @@ from apache_beam.testing.util import assert_that
 from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.grids import NumericGrid
 from beam_expmech.mechanisms import random_source
+from beam_expmech.synth import aim
 from beam_expmech.transforms import GatherCounts, PredicateCounts, PrivateSynthesis
 from beam_expmech.transforms.synthesis import numbers_in_bins
 
@@ -133,6 +134,23 @@ def test_a_step_with_grids_releases_numbers_in_the_bins_it_drew(method):
     for column, grid in grids.items():
         assert np.array_equal(grid.codes(table[column])[0], codes[column])  # the same draw, then numbers in it
     assert np.array_equal(table["c"], codes["c"])
+
+
+def test_aim_is_told_the_numeric_columns_so_that_their_rare_bins_are_spread_smoothly():
+    """A merged code of a numeric column is spread over its bins as an ordered column's (smoothed)."""
+    rng = np.random.default_rng(8)
+    domain = {"x": 12, "y": 2}
+    x = rng.binomial(11, 0.3, 400)
+    rows = pa.record_batch({"x": x, "y": (x > 4).astype(np.int64)})
+    grids = {"x": NumericGrid(0, 12, 12, integer=True)}
+    step = PrivateSynthesis(method="aim", domain=domain, epsilon=0.3, delta=1e-9, rows=400, grids=grids, seed=5)
+    counts = step.family.count(rows)
+    table, _ = step.synthesize(counts)
+    for ordered, same in [({"x"}, True), ((), False)]:
+        result = aim.aim(step.family.split(counts), domain, rho=step.rho, ordered=ordered, rng=5)
+        assert result.model.compression.merges("x")
+        codes = result.model.sample(400, random_source(6))["x"]  # the step's draw: its seed + 1
+        assert np.array_equal(codes, grids["x"].codes(table["x"])[0]) == same
 
 
 def test_a_grid_must_match_its_columns_domain():
