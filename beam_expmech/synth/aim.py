@@ -147,6 +147,8 @@ def aim(
     if rare is not None:
         rare = parameters.non_negative_finite(rare, "rare")
     smoothing = parameters.non_negative_finite(smoothing, "smoothing")
+    if isinstance(ordered, str):  # its characters are not columns
+        raise ValueError("ordered must be a collection of column names, not one string")
     unknown = [c for c in ordered if c not in domain]
     if unknown:
         raise ValueError(f"ordered column {unknown[0]!r} is not in the domain")

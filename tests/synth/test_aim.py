@@ -84,6 +84,7 @@ def test_one_way_marginals_over_the_cap_are_refused_before_any_count_is_read():
         ({"smoothing": -0.5}, "smoothing"),
         ({"smoothing": float("inf")}, "smoothing"),
         ({"ordered": ["bathing", "nonexistent"]}, "ordered column 'nonexistent' is not in the domain"),
+        ({"ordered": "bathing"}, "ordered must be a collection of column names"),
     ],
 )
 def test_bad_arguments(change, message):
