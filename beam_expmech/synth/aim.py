@@ -6,7 +6,7 @@ sensitivity of any marginal: K):
 
 1. a share of rho measures every 1-way marginal with discrete Gaussian noise: by default a
    quarter, and on small data (its size, estimated from those noisy marginals, under
-   ``SMALL_DATA`` times the noise scale K / sqrt(2 rho)) the 1-ways are measured again, to 90% of
+   ``SMALL_DATA`` times the noise scale K / sqrt(2 rho)) the 1-ways are measured again, to 75% of
    rho in all, since noisy marginals of more columns would mostly add noise (``one_way_shares``);
    codes whose estimated count is under ``RARE`` times its noise are then merged, one merged code
    a column (as MST does: ``compression``, post-processing), and every later measurement counts
@@ -53,7 +53,7 @@ _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
 _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
 # Defaults chosen on half of the benchmark's tables by benchmarks/tune_synth.py's rule (issue 16):
 ONE_WAY_SHARE = 0.25  # of rho, on the 1-way marginals
-SMALL_DATA_ONE_WAY_SHARE = 0.9  # in all, where the data is small
+SMALL_DATA_ONE_WAY_SHARE = 0.75  # in all, where the data is small (0.9 until 2026-12-04)
 SMALL_DATA = 300  # rows per unit of noise (K / sqrt(2 rho)) under which the data is small
 ROUNDS_PER_COLUMN = 16  # 4 from 2026-12-02, 16 again with rare codes merged (2026-12-03)
 _MODEL_COPIES = 16  # model-sized arrays a fit holds (potentials, marginals, their trials, counts, gradients, ...)
@@ -133,7 +133,8 @@ def aim(
 
     The 1-way shares and the rounds are defaults of 2026-12-02 (until then half of rho and 16 d),
     chosen on half of the benchmark's tables, never the other half (benchmarks/tune_synth.py); the
-    merging of rare codes and 16 rounds a column (4 on 2026-12-02) by the same rule on 2026-12-03.
+    merging of rare codes and 16 rounds a column (4 on 2026-12-02) by the same rule on 2026-12-03; the
+    small data's share (0.9 until then) on 2026-12-04, once merged codes were spread smoothly.
 
     The tolerances are defaults new on 2026-12-02 (until then every refit ran all its steps), so
     that a 15-column table of UCI Adult's layout runs in minutes (issue 16). They were set from

@@ -12,7 +12,15 @@ from public_tables import load, marginals
 
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
-from beam_expmech.synth.aim import _AimRun, aim, check_parameters, one_way_shares, scores
+from beam_expmech.synth.aim import (
+    ONE_WAY_SHARE,
+    SMALL_DATA_ONE_WAY_SHARE,
+    _AimRun,
+    aim,
+    check_parameters,
+    one_way_shares,
+    scores,
+)
 from beam_expmech.synth.baselines import independent_marginals
 from beam_expmech.synth.compression import CompressedModel
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
@@ -125,9 +133,11 @@ def test_small_data_measures_the_one_ways_again_and_large_data_does_not(rho, max
     assert result.measured[:d] == one_ways
     assert (result.measured[d : 2 * d] == one_ways) is small
     first = math.fsum(r.rho for r in result.releases[:d])
-    assert first == pytest.approx(0.25 * rho, rel=1e-9)
+    assert first == pytest.approx(ONE_WAY_SHARE * rho, rel=1e-9)
     if small:
-        assert math.fsum(r.rho for r in result.releases[d : 2 * d]) == pytest.approx(0.65 * rho, rel=1e-9)
+        assert math.fsum(r.rho for r in result.releases[d : 2 * d]) == pytest.approx(
+            (SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE) * rho, rel=1e-9
+        )
     assert math.fsum(r.rho for r in result.releases) <= rho
 
 
@@ -152,8 +162,8 @@ def test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts(
         run = SimpleNamespace(measurements=measured, max_rows=1, truth={("a",): np.array([true, 0])})
         return list(one_way_shares(run, rho=0.5))  # small under 300 rows
 
-    assert shares(noisy=200.0, true=10**6) == [0.25, pytest.approx(0.65)]
-    assert shares(noisy=400.0, true=1) == [0.25]
+    assert shares(noisy=200.0, true=10**6) == [ONE_WAY_SHARE, pytest.approx(SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE)]
+    assert shares(noisy=400.0, true=1) == [ONE_WAY_SHARE]
 
 
 def test_the_first_model_fits_both_measurements_of_each_column():
