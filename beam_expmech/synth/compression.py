@@ -96,7 +96,8 @@ class DomainCompression:
 
 def _smoothed(counts: np.ndarray, weight: float) -> np.ndarray:
     """Each count blended with its two neighbours' (weight ``weight`` each, its own 1), renormalised at the ends."""
-    kernel = np.array([weight, 1.0, weight])  # "full" then trimmed: the same length as counts, even 1 or 2
+    kernel = np.array([weight, 1.0, weight]) / (1.0 + 2.0 * weight)  # summing to 1: no overflow at any weight
+    # "full" then trimmed: the same length as counts, even 1 or 2
     return np.convolve(counts, kernel)[1:-1] / np.convolve(np.ones_like(counts), kernel)[1:-1]
 
 
