@@ -150,6 +150,7 @@ def aim(
     smoothing = parameters.non_negative_finite(smoothing, "smoothing")
     if isinstance(ordered, str):  # its characters are not columns
         raise ValueError("ordered must be a collection of column names, not one string")
+    ordered = frozenset(ordered)  # read once: an iterator would be used up by the check below
     unknown = [c for c in ordered if c not in domain]
     if unknown:
         raise ValueError(f"ordered column {unknown[0]!r} is not in the domain")
@@ -163,7 +164,7 @@ def aim(
     for share in [one_way_share] if one_way_share is not None else one_way_shares(run, rho):
         run.measure_one_ways(share * rho)
     if rare is not None:
-        run.compress(rare, frozenset(ordered), smoothing)
+        run.compress(rare, ordered, smoothing)
     run.fit_first_model(iterations, tolerance)
     sigma, epsilon = _round_parameters((rho - run.spent()) / rounds, max_rows)
     last = False

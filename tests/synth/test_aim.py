@@ -221,3 +221,14 @@ def test_with_rare_codes_merged_the_release_answers_on_the_original_codes(max_ro
     assert isinstance(plain.model, GraphicalModel)
     with pytest.raises(ValueError, match="rare"):
         aim(true, domain, rho=0.01, rare=-1.0)
+
+
+def test_ordered_given_as_an_iterator_is_read_once_and_used():
+    batch, domain = load("titanic", 5)
+    column = max(domain, key=domain.get)  # the widest: its rare codes merge at this rho
+    true = marginals(batch, domain, 2)
+    as_list = aim(true, domain, rho=0.01, ordered=[column], smoothing=4.0, rng=5).model
+    as_iterator = aim(true, domain, rho=0.01, ordered=iter([column]), smoothing=4.0, rng=5).model
+    unsmoothed = aim(true, domain, rho=0.01, smoothing=4.0, rng=5).model
+    np.testing.assert_array_equal(as_iterator.project((column,)), as_list.project((column,)))
+    assert not np.array_equal(unsmoothed.project((column,)), as_list.project((column,)))
