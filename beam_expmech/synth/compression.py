@@ -59,7 +59,7 @@ class DomainCompression:
             shares = np.clip(estimate, 0.0, None)
             if column in ordered:
                 shares = _smoothed(shares, smoothing)
-            shares = shares + 1e-12  # no code made impossible
+            shares = shares + 1e-12  # no code made impossible in the model (rows resolve shares to 2^-32)
             within[column] = shares / np.bincount(codes[column], weights=shares)[codes[column]]
         return cls(codes, within)
 
@@ -96,7 +96,8 @@ class DomainCompression:
 
 def _smoothed(counts: np.ndarray, weight: float) -> np.ndarray:
     """Each count blended with its two neighbours' (weight ``weight`` each, its own 1), renormalised at the ends."""
-    kernel = np.array([weight, 1.0, weight]) / (1.0 + 2.0 * weight)  # summing to 1: no overflow at any weight
+    side = weight / (1.0 + 2.0 * weight) if weight <= 1.0 else 1.0 / (2.0 + 1.0 / weight)  # 1 + 2w overflows
+    kernel = np.array([side, 1.0 - 2.0 * side, side])  # summing to 1: finite at any finite weight
     # "full" then trimmed: the same length as counts, even 1 or 2
     return np.convolve(counts, kernel)[1:-1] / np.convolve(np.ones_like(counts), kernel)[1:-1]
 

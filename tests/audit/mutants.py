@@ -251,6 +251,19 @@ MUTANTS = [
         ("tests/synth/test_aim.py::test_rare_codes_are_merged_from_the_noisy_one_ways_never_the_true_counts",),
     ),
     Mutant(
+        "AIM spreads merged codes by the true counts, not the noisy 1-ways",
+        "beam_expmech/synth/aim.py",
+        "        if not compression.merges():\n            return\n",
+        "        if not compression.merges():\n            return\n"
+        "        true = {c: self.truth[(c,)] + 1e-12 for c in estimates}\n"
+        "        compression.within.update({c: t / np.bincount(compression.codes[c], weights=t)[compression.codes[c]]"
+        " for c, t in true.items()})\n",
+        (
+            "tests/audit/test_audit_synthesis.py::test_aim_merged_codes_and_their_spread_are_the_same_on_neighbouring_data",
+            "tests/synth/test_aim.py::test_rare_codes_are_merged_from_the_noisy_one_ways_never_the_true_counts",
+        ),
+    ),
+    Mutant(
         "merged codes count a row twice",
         "beam_expmech/synth/compression.py",
         "np.add.at(merged, self.codes[column], moved)",
