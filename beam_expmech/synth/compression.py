@@ -96,7 +96,7 @@ class DomainCompression:
 
 def _smoothed(counts: np.ndarray, weight: float) -> np.ndarray:
     """Each count blended with its two neighbours' (weight ``weight`` each, its own 1), renormalised at the ends."""
-    side = weight / (1.0 + 2.0 * weight) if weight <= 1.0 else 1.0 / (2.0 + 1.0 / weight)  # 1 + 2w overflows
+    side = 1.0 / (2.0 + 1.0 / weight) if weight else 0.0  # w / (1 + 2w), where 1 + 2w would overflow
     kernel = np.array([side, 1.0 - 2.0 * side, side])  # summing to 1: finite at any finite weight
     # "full" then trimmed: the same length as counts, even 1 or 2
     return np.convolve(counts, kernel)[1:-1] / np.convolve(np.ones_like(counts), kernel)[1:-1]
