@@ -41,6 +41,7 @@ INPUT = "tests/audit/test_audit_input.py::test_each_unit_counts_min_k_of_its_val
 ROWS = "tests/audit/test_audit_rows.py"
 KEYS = "tests/audit/test_audit_keys.py"
 SENSITIVITY = "tests/audit/test_audit_sensitivity.py"
+SHIPPED_SYNTHESIZE = "tests/audit/test_audit_synthesize.py::test_synthesize_as_shipped_is_post_processing_of_its_draws"
 
 MUTANTS = [
     Mutant(
@@ -260,8 +261,16 @@ MUTANTS = [
         " for c, t in true.items()})\n",
         (
             "tests/audit/test_audit_synthesis.py::test_aim_merged_codes_and_their_spread_are_the_same_on_neighbouring_data",
+            SHIPPED_SYNTHESIZE,
             "tests/synth/test_aim.py::test_rare_codes_are_merged_from_the_noisy_one_ways_never_the_true_counts",
         ),
+    ),
+    Mutant(
+        "synthesize draws as many rows as the data's true count, not its noisy estimate",
+        "beam_expmech/transforms/synthesis.py",
+        "rows = self.rows or result.rows",
+        "rows = self.rows or int(workload[next(iter(workload))].sum())",
+        (SHIPPED_SYNTHESIZE,),
     ),
     Mutant(
         "merged codes count a row twice",
