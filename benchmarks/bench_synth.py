@@ -47,10 +47,12 @@ For each table, epsilon and seed: the average and max L1 error over all 3-way ma
 normalised to a probability vector, as pipelines.evaluate_synthetic), scored two ways for every
 generator alike:
   model  the marginals of the generator's fitted model (what sampled rows converge to);
-  rows   the marginals of as many rows as the real table has, sampled from that model (ours: one
-         systematic sample a parent cell, beam_expmech.synth.sampling; the references: i.i.d.);
-and the seconds of the fit (without the sampling and scoring; after each table, a comment line gives
-the process's peak RSS so far) of
+  rows   the marginals of as many rows as the real table has, sampled from that model (ours, as
+         pipelines.synthesize draws them: one systematic sample a parent cell, beam_expmech.synth.sampling,
+         then moved towards the model's answers on the workload, beam_expmech.synth.row_fitting; the
+         references: i.i.d.);
+and the seconds of the fit and the rows (without the scoring; until 2026-12-04 without the rows; after
+each table, a comment line gives the process's peak RSS so far) of
   aim          beam_expmech.synth.aim, rho-zCDP at the rho of (epsilon, delta = 1e-9)
   mwem         beam_expmech.synth.mwem, 20 rounds, pure epsilon-DP
   ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST()`` (mbi 1.1.0, Private-PGM mirror descent), same rho
@@ -101,6 +103,7 @@ from beam_expmech.synth.aim import aim
 from beam_expmech.synth.baselines import independent_marginals
 from beam_expmech.synth.graphical_model import GraphicalModel
 from beam_expmech.synth.mwem import mwem
+from beam_expmech.synth.row_fitting import synthetic_rows
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 DELTA = 1e-9
@@ -370,10 +373,12 @@ class Fitted:
     sample: Callable[[int, int], dict[str, np.ndarray]]  # (rows, seed) -> {column: codes}
 
 
-def _ours(model) -> Fitted:
-    project = getattr(model, "project", None)
-    marginal = (lambda m: project(m) / model.total) if project is not None else model.marginal
-    return Fitted(marginal, lambda rows, seed: model.sample(rows, random_source(seed + 1_000_003)))
+def _ours(model, domain: dict[str, int], workload: list[tuple[str, ...]]) -> Fitted:
+    """Our generator's model, and its rows as pipelines.synthesize draws them (``synthetic_rows``)."""
+    return Fitted(
+        model.marginal,
+        lambda rows, seed: synthetic_rows(model, domain, workload, rows, source=random_source(seed + 1_000_003)),
+    )
 
 
 def sampled_rows(batch: pa.RecordBatch, domain: dict[str, int], seed: int) -> Fitted:
@@ -500,11 +505,9 @@ def main() -> None:
                 ):
                     start = time.perf_counter()
                     fitted = fit()
+                    sampled = fitted.sample(batch.num_rows, seed)
                     seconds = time.perf_counter() - start
-                    scores = (
-                        *errors(true, fitted.marginal),
-                        *row_errors(true, domain, fitted.sample(batch.num_rows, seed)),
-                    )
+                    scores = (*errors(true, fitted.marginal), *row_errors(true, domain, sampled))
                     rows.setdefault(method, []).append((*scores, seconds))
                     print(f"# {name} {epsilon:g} {method} seed {seed}: {scores[0]:.4f} {scores[2]:.4f} {seconds:.1f} s",
                           file=sys.stderr, flush=True)  # fmt: skip
@@ -531,15 +534,16 @@ def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, 
     """(method, fit) pairs: each fit runs one generator and returns it as a Fitted."""
     references = set() if args.no_reference else set(args.references.split(","))
     if not args.no_ours:
-        yield "aim", lambda: _ours(aim(true, domain, rho=rho, ordered=ordered, rng=seed).model)
-        yield "mwem", lambda: _ours(mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model)
+        yield "aim", lambda: _ours(aim(true, domain, rho=rho, ordered=ordered, rng=seed).model, domain, list(true))
+        yield "mwem", lambda: _ours(mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model, domain, list(true))
     if "mst" in references:
         yield "ref MST", lambda: reference(batch, domain, rho, "mst", None)
     if "aim" in references:
         label = "ref AIM" if ref_aim_rounds is None else f"ref AIM T={ref_aim_rounds}"
         yield label, lambda: reference(batch, domain, rho, "aim", ref_aim_rounds)
     if not args.no_ours:
-        yield "independent", lambda: _ours(independent_marginals(one_way, epsilon=epsilon, rng=seed)[0])
+        yield "independent", lambda: _ours(independent_marginals(one_way, epsilon=epsilon, rng=seed)[0], domain,
+                                           list(true))  # fmt: skip
         if batch.num_rows > 1000:  # else it would be the table itself
             yield "1,000 rows", lambda: sampled_rows(batch, domain, seed)
 

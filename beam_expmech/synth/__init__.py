@@ -16,7 +16,7 @@ from beam_expmech.accounting import Release
 class SynthesisResult:
     """What a workload generator returns: a model to sample rows from, and what it released."""
 
-    model: object  # has .sample(rows, source) -> {column: codes}
+    model: object  # has .sample(rows, source) -> {column: codes} and .marginal(columns) -> probabilities
     measured: list[tuple[str, ...]]  # the marginals measured, in order (a private output)
     releases: list[Release]  # what was spent, for the budget
     rows: int  # the noisy size estimate (a private output)

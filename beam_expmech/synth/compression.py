@@ -128,6 +128,10 @@ class CompressedModel:
             counts = counts * self.compression.within[column].reshape(shape)
         return counts
 
+    def marginal(self, columns: Sequence[str]) -> np.ndarray:
+        """The model's probabilities on ``columns``, axes in the order given, on the original codes."""
+        return self.project(columns) / self.total
+
     def sample(self, rows: int, source: RandomSource) -> dict[str, np.ndarray]:
         """``rows`` rows: the merged model's, each row of a merged code then drawn over its codes by the
         ``within`` shares (``allocate``: one systematic sample, in a uniformly random order)."""

@@ -274,6 +274,10 @@ class GraphicalModel:
         counts = self.total * self._probabilities(ordered)
         return np.transpose(counts, [ordered.index(c) for c in columns])
 
+    def marginal(self, columns: Sequence[str]) -> np.ndarray:
+        """The model's probabilities on ``columns``, axes in the order given."""
+        return self.project(columns) / self.total
+
     def _probabilities(self, keep: Columns) -> np.ndarray:
         """The model's probabilities on ``keep`` (domain order): a sum over the smallest clique holding
         them, else variable elimination on the cliques' marginals."""

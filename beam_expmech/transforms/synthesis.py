@@ -6,11 +6,11 @@ with a public ``NumericGrid``), and the generator's public details (rows drawn, 
 both mechanism outputs.
 
 The generator touches the counts only through mechanisms: AIM (rho-zCDP, rho the most that fits
-(epsilon, delta)), MWEM or BLR (pure epsilon-DP); the rows are sampled from its model
-(post-processing), and so is the number drawn uniformly inside each drawn bin of a numeric column
-(``numbers_in_bins``, with the run's randomness: the OS CSPRNG but in tests). Every check the
-generator makes of its public parameters (the size of a marginal, the memory the run will need)
-runs in ``__init__``, before any budget is spent.
+(epsilon, delta)), MWEM or BLR (pure epsilon-DP); the rows are sampled from its model and moved
+towards its answers on the workload (``row_fitting``), and the number of a numeric column drawn
+uniformly inside each drawn bin (``numbers_in_bins``): post-processing, with the run's randomness
+(the OS CSPRNG but in tests). Every check the generator makes of its public parameters (the size
+of a marginal, the memory the run will need) runs in ``__init__``, before any budget is spent.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from beam_expmech.grids import NumericGrid
 from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth import aim, blr, mwem
+from beam_expmech.synth.row_fitting import synthetic_rows
 
 METHODS = ("aim", "mwem", "blr")
 MAX_WORKLOAD_CELLS = 50_000_000  # the summed counts of every marginal, held by one worker
@@ -166,8 +167,8 @@ class PrivateSynthesis(beam.PTransform):
             details = {"rounds": self.rounds}
         rows = self.rows or result.rows
         source = random_source(None if self.seed is None else self.seed + 1)
-        table = self._numbers(result.model.sample(rows, source), source)
-        return table, details | {"rows": rows, "measured": [list(m) for m in result.measured]}
+        codes = synthetic_rows(result.model, self.domain, self.family.marginals, rows, source=source)
+        return self._numbers(codes, source), details | {"rows": rows, "measured": [list(m) for m in result.measured]}
 
     def _numbers(self, table: dict[str, np.ndarray], source: RandomSource) -> dict[str, np.ndarray]:
         """The synthetic codes, with each numeric column's drawn inside its bins (post-processing)."""

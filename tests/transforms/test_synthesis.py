@@ -7,11 +7,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from apache_beam.testing.util import assert_that
+from public_tables import load, marginals
 
 from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.grids import NumericGrid
 from beam_expmech.mechanisms import random_source
-from beam_expmech.synth import aim
+from beam_expmech.synth import aim, mwem
+from beam_expmech.synth.row_fitting import synthetic_rows
 from beam_expmech.transforms import GatherCounts, PredicateCounts, PrivateSynthesis
 from beam_expmech.transforms.synthesis import numbers_in_bins
 
@@ -47,6 +49,27 @@ def test_the_rows_keep_what_the_data_says_at_a_large_epsilon():
     table, details = synthesized(PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=50.0, rows=2_000, seed=4))
     assert np.mean(table["a"] == table["c"]) > 0.9  # c copies a in the data: a 2-way marginal the model keeps
     assert ("a", "b", "c") in [tuple(m) for m in details["measured"]] or details["measured"]
+
+
+@pytest.mark.parametrize("method", ["aim", "mwem"])
+def test_the_rows_answer_the_workload_closer_to_the_model_than_rows_drawn_from_it(method):
+    """The step's rows are its model's draw moved towards the model's answers on the workload (row_fitting)."""
+    batch, domain = load("nltcs", 6)
+    step = PrivateSynthesis(method=method, domain=domain, epsilon=1.0, delta=1e-9, rows=3_000, seed=8)
+    counts = step.family.count(batch)
+    table, _ = step.synthesize(counts)
+    workload = step.family.split(counts)
+    if method == "aim":
+        model = aim.aim(workload, domain, rho=step.rho, rng=8).model
+    else:
+        model = mwem.mwem(workload, domain, epsilon=1.0, rounds=step.rounds, rng=8).model
+    drawn = model.sample(3_000, random_source(9))  # the step's draw: its seed + 1
+
+    def distance(rows: dict[str, np.ndarray]) -> float:
+        answers = marginals(pa.record_batch(rows), domain, 3)
+        return sum(float(np.abs(answers[m] - 3_000 * model.marginal(m)).sum()) for m in step.family.marginals)
+
+    assert distance(table) < 0.5 * distance(drawn)
 
 
 def test_cost_is_rho_for_aim_and_pure_epsilon_for_mwem_and_blr():
@@ -149,7 +172,7 @@ def test_aim_is_told_the_numeric_columns_so_that_their_rare_bins_are_spread_smoo
     for ordered, same in [({"x"}, True), ((), False)]:
         result = aim.aim(step.family.split(counts), domain, rho=step.rho, ordered=ordered, rng=5)
         assert result.model.compression.merges("x")
-        codes = result.model.sample(400, random_source(6))["x"]  # the step's draw: its seed + 1
+        codes = synthetic_rows(result.model, domain, step.family.marginals, 400, source=random_source(6))["x"]
         assert np.array_equal(codes, grids["x"].codes(table["x"])[0]) == same
 
 

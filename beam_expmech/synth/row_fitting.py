@@ -1,0 +1,168 @@
+"""Synthetic rows moved towards their model's answers on the workload (post-processing).
+
+Rows drawn from a model answer each workload marginal with sampling noise of their own: about
+sqrt(n p) rows a cell, less within one conditional table (``sampling.allocate``), but nothing holds the
+marginals that span several tables. On small data that noise is a large part of the rows' error.
+``fit_rows`` is a local search on the rows: it changes one value of one row where that brings the rows'
+workload marginals closer, in L1, to the model's (n times its probabilities). It reads only the model
+and public parameters, so it is post-processing. It starts from rows drawn from the model and moves few
+of them, so what the workload does not pin down (the model's other dependencies) stays as drawn.
+
+The moves run in parallel, a column at a time: every row proposes its best value of that column
+against the current differences, the proposals are taken best first, and one is kept only while each
+cell it moves has room. A cell whose difference from its target is d takes at most max(1, floor |d|)
+moves: along them d keeps its sign, so each kept move's gain is exact and the L1 distance falls by
+their sum, every round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from beam_expmech.mechanisms.randomness import RandomSource
+
+ROUNDS = 4  # rounds of moves a column gets before the next column's
+ROUND_VALUES = 2**22  # values weighed in one round (rows x marginals x values): 32 MiB of float64
+WORK = 2**30  # values weighed in all (20 to 60 ns each here: at most a minute); small tables stop sooner
+PASSES = 16  # passes of ``_kept`` a round; proposals still left propose again in the next round
+_GAIN = 1e-9  # the least gain, in rows of L1 distance, worth a move (the targets are floats)
+
+
+def synthetic_rows(
+    model, domain: dict[str, int], marginals: Sequence[tuple[str, ...]], rows: int, *, source: RandomSource
+) -> dict[str, np.ndarray]:
+    """``rows`` rows drawn from a generator's ``model`` (its ``sample``), then fitted to its answers on the
+    workload ``marginals`` (its ``marginal``; ``fit_rows``). Post-processing."""
+    return fit_rows(model.sample(rows, source), domain, marginals, model.marginal, source=source)
+
+
+def fit_rows(
+    codes: dict[str, np.ndarray],
+    domain: dict[str, int],
+    marginals: Sequence[tuple[str, ...]],
+    probabilities: Callable[[tuple[str, ...]], np.ndarray],
+    *,
+    source: RandomSource,
+) -> dict[str, np.ndarray]:
+    """``codes`` ({column: codes of each row}) after the local search towards n ``probabilities(m)`` on each
+    workload marginal m (its axes in m's order): sweeps over the columns until one moves no row, or ``WORK``
+    is spent. Post-processing: no data is read, no budget spent."""
+    columns = list(domain)
+    table = np.stack([np.asarray(codes[c], dtype=np.int64) for c in columns], axis=1)
+    if not table.size or not marginals:
+        return {c: table[:, i] for i, c in enumerate(columns)}
+    layout = _Layout(domain, marginals)
+    difference = layout.difference(table, probabilities)
+    work, moved = 0, True
+    while moved and work < WORK:
+        moved = False
+        for column in range(len(columns)):
+            for _ in range(ROUNDS):
+                kept, weighed = _round(table, column, difference, layout, source)
+                moved, work = moved or kept > 0, work + weighed
+                if not kept:
+                    break
+    return {c: table[:, i] for i, c in enumerate(columns)}
+
+
+class _Layout:
+    """Each workload marginal's cells, one after another in one flat vector (C order inside each)."""
+
+    def __init__(self, domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -> None:
+        position = {c: i for i, c in enumerate(domain)}
+        self.marginals = list(marginals)
+        self.sizes = [domain[c] for c in domain]
+        self.positions = [np.array([position[c] for c in m]) for m in marginals]
+        shapes = [[domain[c] for c in m] for m in marginals]
+        self.strides = [np.array([math.prod(s[i + 1 :]) for i in range(len(s))], dtype=np.int64) for s in shapes]
+        self.cells = [math.prod(s) for s in shapes]
+        self.offsets = np.cumsum([0, *self.cells[:-1]])
+
+    def difference(self, table: np.ndarray, probabilities: Callable[[tuple[str, ...]], np.ndarray]) -> np.ndarray:
+        """The rows' counts less n ``probabilities``, every marginal's cells in one vector."""
+        out = np.empty(sum(self.cells))
+        for m, offset, cells, positions, strides in zip(
+            self.marginals, self.offsets, self.cells, self.positions, self.strides, strict=True
+        ):
+            counts = np.bincount(table[:, positions] @ strides, minlength=cells)
+            out[offset : offset + cells] = counts - table.shape[0] * np.asarray(probabilities(m), float).ravel()
+        return out
+
+    def around(self, column: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The marginals holding ``column``: their offsets, the column's stride in each, and the other
+        columns' positions and strides (padded with stride 0)."""
+        holding = [k for k, p in enumerate(self.positions) if column in p]
+        width = max((len(self.positions[k]) - 1 for k in holding), default=0)
+        others = np.zeros((len(holding), width), np.int64)
+        other_strides = np.zeros((len(holding), width), np.int64)
+        stride = np.empty(len(holding), np.int64)
+        for j, k in enumerate(holding):
+            inside = self.positions[k] != column
+            others[j, : inside.sum()] = self.positions[k][inside]
+            other_strides[j, : inside.sum()] = self.strides[k][inside]
+            stride[j] = self.strides[k][~inside][0]
+        return self.offsets[holding], stride, others, other_strides
+
+
+def _round(
+    table: np.ndarray, column: int, difference: np.ndarray, layout: _Layout, source: RandomSource
+) -> tuple[int, int]:
+    """One round of moves of ``column``'s values (``table`` and ``difference`` updated): how many were kept,
+    and how many values were weighed."""
+    offsets, stride, others, other_strides = layout.around(column)
+    size = layout.sizes[column]
+    if not offsets.size or size < 2:
+        return 0, 0
+    chosen = np.arange(table.shape[0])
+    proposing = max(1, ROUND_VALUES // (offsets.size * size))  # a random subset of a larger table proposes
+    if chosen.size > proposing:
+        chosen = np.sort(np.argsort(source.uint32(chosen.size), kind="stable")[:proposing])
+    rows = chosen.size
+    base = offsets + (table[chosen][:, others] * other_strides).sum(axis=-1)  # (rows, marginals): cell at code 0
+    old = table[chosen, column]
+    here = base + old[:, None] * stride
+    line = difference[base[:, :, None] + np.arange(size) * stride[:, None]]  # (rows, marginals, values)
+    leave = difference[here]
+    # At the row's own value the two terms meet in one cell, |d + 1| + |d - 1| - 2 |d| >= 0: never proposed.
+    gains = (np.abs(line + 1) - np.abs(line)).sum(axis=1) + (np.abs(leave - 1) - np.abs(leave)).sum(axis=1)[:, None]
+    best = gains.argmin(axis=1)
+    gain = gains[np.arange(rows), best]
+    weighed = rows * offsets.size * size
+    proposed = np.flatnonzero(gain < -_GAIN)
+    if not proposed.size:
+        return 0, weighed
+    proposed = proposed[np.lexsort((source.uint32(proposed.size), gain[proposed]))]  # best first, ties at random
+    leaving, arriving = here[proposed], base[proposed] + best[proposed, None] * stride
+    cells, inverse = np.unique(np.concatenate([leaving, arriving], axis=1), return_inverse=True)
+    room = np.maximum(1, np.floor(np.abs(difference[cells]))).astype(np.int64)
+    kept = _kept(inverse.reshape(proposed.size, -1), room)
+    np.subtract.at(difference, leaving[kept].ravel(), 1.0)
+    np.add.at(difference, arriving[kept].ravel(), 1.0)
+    table[chosen[proposed[kept]], column] = best[proposed[kept]]
+    return int(kept.sum()), weighed
+
+
+def _kept(touches: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """Which proposals to keep, each a row of the cells it ``touches`` (rows in priority order), so that no
+    cell takes more than its ``room``: in each of at most ``PASSES`` passes, a proposal is kept when it is
+    among the first ``room`` left of every cell it touches, and dropped once one of them is full."""
+    kept = np.zeros(touches.shape[0], bool)
+    alive = np.arange(touches.shape[0])
+    for _ in range(PASSES):
+        if not alive.size:
+            break
+        flat = touches[alive].ravel()
+        by_cell = np.argsort(flat, kind="stable")  # within a cell, in priority order
+        ordered = flat[by_cell]
+        starts = np.flatnonzero(np.diff(ordered, prepend=-1))
+        rank = np.empty(flat.size, np.int64)
+        rank[by_cell] = np.arange(flat.size) - np.repeat(starts, np.diff(np.append(starts, flat.size)))
+        fits = (rank < room[flat]).reshape(alive.size, -1).all(axis=1)
+        kept[alive[fits]] = True
+        np.subtract.at(room, touches[alive[fits]].ravel(), 1)
+        alive = alive[~fits]
+        alive = alive[(room[touches[alive]] > 0).all(axis=1)]
+    return kept

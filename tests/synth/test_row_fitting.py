@@ -1,0 +1,109 @@
+"""fit_rows: a local search that brings synthetic rows' workload marginals towards the model's."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.synth import row_fitting
+from beam_expmech.synth.row_fitting import fit_rows
+
+DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5}
+WORKLOAD = list(itertools.combinations(DOMAIN, 3))
+
+
+def counts(rows: dict[str, np.ndarray], columns: tuple[str, ...]) -> np.ndarray:
+    shape = [DOMAIN[c] for c in columns]
+    flat = np.ravel_multi_index([rows[c] for c in columns], shape)
+    return np.bincount(flat, minlength=int(np.prod(shape))).reshape(shape)
+
+
+def distance(rows: dict[str, np.ndarray], probabilities) -> float:
+    n = len(rows["a"])
+    return sum(float(np.abs(counts(rows, m) - n * probabilities(m)).sum()) for m in WORKLOAD)
+
+
+def random_rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    return {c: rng.integers(0, size, n) for c, size in DOMAIN.items()}
+
+
+def model_of(rng: np.random.Generator):
+    """A joint distribution with dependent columns, answering any marginal in probabilities."""
+    joint = rng.dirichlet(np.full(int(np.prod(list(DOMAIN.values()))), 0.3)).reshape(list(DOMAIN.values()))
+    names = list(DOMAIN)
+    return lambda m: joint.sum(axis=tuple(i for i, c in enumerate(names) if c not in m))
+
+
+def test_the_rows_reach_a_point_where_no_single_value_changed_brings_them_closer():
+    rng = np.random.default_rng(1)
+    probabilities = model_of(rng)
+    rows = random_rows(rng, 300)
+    fitted = fit_rows(rows, DOMAIN, WORKLOAD, probabilities, source=random_source(2))
+    after = distance(fitted, probabilities)
+    assert after < 0.6 * distance(rows, probabilities)
+    best = after
+    for r in range(0, 300, 7):  # every column and value of a sample of rows
+        for c, size in DOMAIN.items():
+            for v in range(size):
+                moved = {k: x.copy() for k, x in fitted.items()}
+                moved[c][r] = v
+                best = min(best, distance(moved, probabilities))
+    assert best >= after - 1e-9
+
+
+def test_every_round_brings_the_rows_closer_by_exactly_what_it_kept():
+    """Many rows in few cells, so that proposals crowd the same cells: the rule of room per cell keeps each
+    round's gains exact, so the running differences stay those of the rows and the distance never rises."""
+    rng = np.random.default_rng(3)
+    probabilities = model_of(rng)
+    rows = {c: np.minimum(rng.integers(0, 2, 2_000), size - 1) for c, size in DOMAIN.items()}
+    table = np.stack([rows[c] for c in DOMAIN], axis=1)
+    layout = row_fitting._Layout(DOMAIN, WORKLOAD)
+    difference = layout.difference(table, probabilities)
+    source, previous, kept = random_source(4), np.abs(difference).sum(), 0
+    for _ in range(3):
+        for column in range(len(DOMAIN)):
+            kept += row_fitting._round(table, column, difference, layout, source)[0]
+            np.testing.assert_allclose(difference, layout.difference(table, probabilities), atol=1e-9)
+            assert np.abs(difference).sum() <= previous + 1e-9
+            previous = np.abs(difference).sum()
+    assert kept > 100
+
+
+def test_rows_that_already_answer_as_the_model_stay_as_they_are():
+    rng = np.random.default_rng(5)
+    rows = random_rows(rng, 200)
+    own = {m: counts(rows, m) / 200 for m in WORKLOAD}
+    fitted = fit_rows(rows, DOMAIN, WORKLOAD, own.__getitem__, source=random_source(6))
+    assert all(np.array_equal(fitted[c], rows[c]) for c in DOMAIN)
+
+
+def test_the_same_randomness_gives_the_same_rows_and_the_input_is_not_changed():
+    rng = np.random.default_rng(7)
+    probabilities = model_of(rng)
+    rows = random_rows(rng, 500)
+    kept = {c: v.copy() for c, v in rows.items()}
+    first, second = (fit_rows(rows, DOMAIN, WORKLOAD, probabilities, source=random_source(8)) for _ in range(2))
+    assert all(np.array_equal(first[c], second[c]) for c in DOMAIN)
+    assert all(np.array_equal(rows[c], kept[c]) for c in DOMAIN)
+    assert all(first[c].dtype == np.int64 and first[c].min() >= 0 and first[c].max() < DOMAIN[c] for c in DOMAIN)
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+def test_no_rows_or_one(rows):
+    rng = np.random.default_rng(9)
+    fitted = fit_rows(random_rows(rng, rows), DOMAIN, WORKLOAD, model_of(rng), source=random_source(10))
+    assert [len(v) for v in fitted.values()] == [rows] * len(DOMAIN)
+
+
+def test_a_column_of_one_code_and_a_workload_without_a_column():
+    domain = {"a": 3, "b": 1, "c": 4}
+    rng = np.random.default_rng(11)
+    rows = {"a": rng.integers(0, 3, 100), "b": np.zeros(100, np.int64), "c": rng.integers(0, 4, 100)}
+    target = {("a", "b"): np.array([[0.8], [0.1], [0.1]])}
+    fitted = fit_rows(rows, domain, [("a", "b")], target.__getitem__, source=random_source(12))
+    assert np.bincount(fitted["a"], minlength=3).tolist() == [80, 10, 10]
+    assert np.array_equal(fitted["c"], rows["c"]) and np.array_equal(fitted["b"], rows["b"])
