@@ -25,8 +25,9 @@ import numpy as np
 from beam_expmech.mechanisms.randomness import RandomSource
 
 ROUNDS = 4  # rounds of moves a column gets before the next column's
-ROUND_VALUES = 2**22  # values weighed in one round (rows x marginals x values): 32 MiB of float64
-WORK = 2**30  # values weighed in all (20 to 60 ns each here: at most a minute); small tables stop sooner
+ROUND_VALUES = 2**22  # values weighed in one round (rows x marginals x values): about 96 MiB at the peak
+ROUND_COST = 2**16  # the least a round is charged: its fixed cost, so that small tables' rounds are bounded too
+WORK = 2**30  # values weighed in all (20 to 60 ns each here: at most a minute); most tables stop sooner
 PASSES = 16  # passes of ``_kept`` a round; proposals still left propose again in the next round
 _GAIN = 1e-9  # the least gain, in rows of L1 distance, worth a move (the targets are floats)
 
@@ -52,6 +53,8 @@ def fit_rows(
     is spent. Post-processing: no data is read, no budget spent."""
     columns = list(domain)
     table = np.stack([np.asarray(codes[c], dtype=np.int64) for c in columns], axis=1)
+    if table.size and not ((table >= 0) & (table < np.array([domain[c] for c in columns]))).all():
+        raise ValueError("fit_rows: a code outside its column's domain")
     if not table.size or not marginals:
         return {c: table[:, i] for i, c in enumerate(columns)}
     layout = _Layout(domain, marginals)
@@ -72,6 +75,8 @@ class _Layout:
     """Each workload marginal's cells, one after another in one flat vector (C order inside each)."""
 
     def __init__(self, domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -> None:
+        if any(len(set(m)) != len(m) for m in marginals):
+            raise ValueError("fit_rows: a workload marginal names a column twice")
         position = {c: i for i, c in enumerate(domain)}
         self.marginals = list(marginals)
         self.sizes = [domain[c] for c in domain]
@@ -87,8 +92,14 @@ class _Layout:
         for m, offset, cells, positions, strides in zip(
             self.marginals, self.offsets, self.cells, self.positions, self.strides, strict=True
         ):
+            wanted = np.asarray(probabilities(m), float)
+            if (
+                wanted.shape != tuple(self.sizes[i] for i in positions)
+                or not (np.isfinite(wanted) & (wanted >= 0)).all()
+            ):
+                raise ValueError(f"fit_rows: the model's marginal on {m} is not finite non-negative of its shape")
             counts = np.bincount(table[:, positions] @ strides, minlength=cells)
-            out[offset : offset + cells] = counts - table.shape[0] * np.asarray(probabilities(m), float).ravel()
+            out[offset : offset + cells] = counts - table.shape[0] * wanted.ravel()
         return out
 
     def around(self, column: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -117,9 +128,10 @@ def _round(
     if not offsets.size or size < 2:
         return 0, 0
     chosen = np.arange(table.shape[0])
-    proposing = max(1, ROUND_VALUES // (offsets.size * size))  # a random subset of a larger table proposes
-    if chosen.size > proposing:
-        chosen = np.sort(np.argsort(source.uint32(chosen.size), kind="stable")[:proposing])
+    proposing = max(1, ROUND_VALUES // (offsets.size * size))
+    if chosen.size > proposing:  # a uniformly random subset of a larger table proposes (repeats merged)
+        chosen = np.unique((source.uint32(proposing).astype(np.uint64) * np.uint64(chosen.size)) >> np.uint64(32))
+        chosen = chosen.astype(np.int64)
     rows = chosen.size
     base = offsets + (table[chosen][:, others] * other_strides).sum(axis=-1)  # (rows, marginals): cell at code 0
     old = table[chosen, column]
@@ -130,7 +142,7 @@ def _round(
     gains = (np.abs(line + 1) - np.abs(line)).sum(axis=1) + (np.abs(leave - 1) - np.abs(leave)).sum(axis=1)[:, None]
     best = gains.argmin(axis=1)
     gain = gains[np.arange(rows), best]
-    weighed = rows * offsets.size * size
+    weighed = max(ROUND_COST, rows * offsets.size * size)
     proposed = np.flatnonzero(gain < -_GAIN)
     if not proposed.size:
         return 0, weighed

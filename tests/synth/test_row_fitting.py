@@ -107,3 +107,50 @@ def test_a_column_of_one_code_and_a_workload_without_a_column():
     fitted = fit_rows(rows, domain, [("a", "b")], target.__getitem__, source=random_source(12))
     assert np.bincount(fitted["a"], minlength=3).tolist() == [80, 10, 10]
     assert np.array_equal(fitted["c"], rows["c"]) and np.array_equal(fitted["b"], rows["b"])
+
+
+def test_a_cell_takes_only_the_moves_that_keep_each_kept_gain_exact():
+    """20 rows of code 0 against targets 17, 1.5 and 1.5: differences 3, -1.5, -1.5. Every row proposes the
+    move to code 1 (the first of two equal bests), worth 2: 1 where it leaves, 1 where it arrives. But a cell
+    1.5 short takes one move (a second would gain nothing there): one is kept, and the distance falls by
+    exactly 2; the next round, the same to code 2."""
+    domain, workload = {"a": 3}, [("a",)]
+    table = np.zeros((20, 1), np.int64)
+    layout = row_fitting._Layout(domain, workload)
+    difference = layout.difference(table, lambda m: np.array([0.85, 0.075, 0.075]))
+    for distance, counts in ((4.0, [19, 1, 0]), (2.0, [18, 1, 1])):
+        kept, _ = row_fitting._round(table, 0, difference, layout, random_source(13))
+        assert kept == 1 and np.abs(difference).sum() == pytest.approx(distance)
+        assert np.bincount(table[:, 0], minlength=3).tolist() == counts
+
+
+def test_kept_proposals_never_overfill_a_cell_and_the_first_is_always_kept():
+    rng = np.random.default_rng(14)
+    for _ in range(50):
+        touches = np.stack([rng.choice(12, 4, replace=False) for _ in range(40)])
+        room = rng.integers(1, 4, 12)
+        kept = row_fitting._kept(touches, room.copy())
+        assert kept[0]
+        assert np.all(np.bincount(touches[kept].ravel(), minlength=12) <= room)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda rows, p: (rows | {"b": rows["b"] + 4}, p), "a code outside its column's domain"),
+        (lambda rows, p: (rows, lambda m: np.full_like(p(m), np.nan)), "not finite non-negative"),
+        (lambda rows, p: (rows, lambda m: -p(m)), "not finite non-negative"),
+        (lambda rows, p: (rows, lambda m: p(m).ravel()), "not finite non-negative of its shape"),
+    ],
+)
+def test_bad_codes_or_model_answers_are_refused(change, message):
+    rng = np.random.default_rng(15)
+    rows, probabilities = change(random_rows(rng, 50), model_of(rng))
+    with pytest.raises(ValueError, match=message):
+        fit_rows(rows, DOMAIN, WORKLOAD, probabilities, source=random_source(16))
+
+
+def test_a_marginal_naming_a_column_twice_is_refused():
+    rng = np.random.default_rng(17)
+    with pytest.raises(ValueError, match="names a column twice"):
+        fit_rows(random_rows(rng, 50), DOMAIN, [("a", "a")], model_of(rng), source=random_source(18))
