@@ -27,7 +27,7 @@ from beam_expmech.mechanisms.randomness import RandomSource
 ROUNDS = 4  # rounds of moves a column gets before the next column's
 ROUND_VALUES = 2**22  # values weighed in one round (rows x marginals x values): about 96 MiB at the peak
 ROUND_COST = 2**16  # the least a round is charged: its fixed cost, so that small tables' rounds are bounded too
-WORK = 2**30  # values weighed in all (20 to 60 ns each here: at most a minute); most tables stop sooner
+WORK = 2**30  # values weighed in all: 20 to 100 ns each here, so up to two minutes; small tables stop sooner
 PASSES = 16  # passes of ``_kept`` a round; proposals still left propose again in the next round
 _GAIN = 1e-9  # the least gain, in rows of L1 distance, worth a move (the targets are floats)
 
