@@ -49,7 +49,7 @@ def fit_rows(
     source: RandomSource,
 ) -> dict[str, np.ndarray]:
     """``codes`` ({column: codes of each row}) after the local search towards n ``probabilities(m)`` on each
-    workload marginal m (its axes in m's order): sweeps over the columns until one moves no row, or ``WORK``
+    workload marginal m (its axes in m's order): sweeps over the columns until a sweep moves no row, or ``WORK``
     is spent. Post-processing: no data is read, no budget spent."""
     columns = list(domain)
     table = np.stack([np.asarray(codes[c], dtype=np.int64) for c in columns], axis=1)
