@@ -85,6 +85,7 @@ class _Layout:
         self.strides = [np.array([math.prod(s[i + 1 :]) for i in range(len(s))], dtype=np.int64) for s in shapes]
         self.cells = [math.prod(s) for s in shapes]
         self.offsets = np.cumsum([0, *self.cells[:-1]])
+        self.around = [self._around(column) for column in range(len(self.sizes))]  # the same every round
 
     def difference(self, table: np.ndarray, probabilities: Callable[[tuple[str, ...]], np.ndarray]) -> np.ndarray:
         """The rows' counts less n ``probabilities``, every marginal's cells in one vector."""
@@ -102,7 +103,7 @@ class _Layout:
             out[offset : offset + cells] = counts - table.shape[0] * wanted.ravel()
         return out
 
-    def around(self, column: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _around(self, column: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The marginals holding ``column``: their offsets, the column's stride in each, and the other
         columns' positions and strides (padded with stride 0)."""
         holding = [k for k, p in enumerate(self.positions) if column in p]
@@ -123,7 +124,7 @@ def _round(
 ) -> tuple[int, int]:
     """One round of moves of ``column``'s values (``table`` and ``difference`` updated): how many were kept,
     and how many values were weighed."""
-    offsets, stride, others, other_strides = layout.around(column)
+    offsets, stride, others, other_strides = layout.around[column]
     size = layout.sizes[column]
     if not offsets.size or size < 2:
         return 0, 0
