@@ -24,7 +24,7 @@ def block(*words: str) -> str:
 
 
 def test_every_example_is_run_here():
-    assert len(BLOCKS) == 5  # a new example needs its test below
+    assert len(BLOCKS) == 6  # a new example needs its test below
 
 
 def test_the_file_example_selects_three_items_from_files(tmp_path, monkeypatch):
@@ -33,7 +33,17 @@ def test_the_file_example_selects_three_items_from_files(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     write(pa.table({"user_id": users, "item": users % 1000}), tmp_path / "data" / "part-0.parquet", "parquet")
     monkeypatch.chdir(tmp_path)
-    exec(block("ReadRecordBatches("), {})
+    exec(block("ReadRecordBatches(", "PrivateSelect("), {})
+
+
+def test_the_keys_example_finds_keys_in_files(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    users = rng.integers(0, 2_000, 10_000)
+    (tmp_path / "data").mkdir()
+    queries = [f"q{q}" for q in rng.zipf(1.5, users.size) % 50]
+    write(pa.table({"user_id": users, "query": queries}), tmp_path / "data" / "part-0.parquet", "parquet")
+    monkeypatch.chdir(tmp_path)
+    exec(block("KeyCounts("), {})
 
 
 def test_the_rows_example_sends_its_bad_row_to_the_dead_letter(tmp_path, monkeypatch):

@@ -38,6 +38,7 @@ from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.validation import canonical_identity
 from beam_expmech.mechanisms.randomness import stream_source
+from beam_expmech.transforms.read import validated_columns
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV prime: the polynomial base for text units
@@ -106,11 +107,16 @@ def split_by_shard(
 ) -> Iterable[tuple[int, Rows]]:
     """(shard, its rows with their unit hash in column HASH), sorted by the hash's top 16 bits: a shard is a
     range of those bits, so the rows of one unit always go to one shard, and every part of a shard is
-    ordered alike (what KeepLowestPerUnit's compaction reads them by). Without ``keep_unit``, the unit
-    column is dropped where its hash tells units apart (numbers): a third less to hold, for most jobs."""
-    hashes = unit_hash(batch.column(unit_column))
-    if not keep_unit and _hash_is_identity(batch.schema.field(unit_column).type):
+    ordered alike (what KeepLowestPerUnit's compaction reads them by). The unit column leaves in its
+    canonical form (``canonical_identity``: one value a unit), so that nothing downstream can tell two
+    spellings of one unit apart. Without ``keep_unit``, it is dropped where its hash tells units apart
+    (numbers): a third less to hold, for most jobs."""
+    units = canonical_identity(batch.column(unit_column))
+    hashes = unit_hash(units)
+    if not keep_unit and _hash_is_identity(units.type):
         batch = batch.drop_columns([unit_column])
+    else:  # every step after this one reads the unit as it is identified here (KeyCounts counts distinct units)
+        batch = batch.set_column(batch.schema.get_field_index(unit_column), unit_column, units)
     top = (hashes >> _TOP).astype(np.uint16)
     order = np.argsort(top, kind="stable")  # a radix sort for 16-bit keys
     bounds = np.searchsorted(top[order], _shard_starts(shards))
@@ -563,6 +569,7 @@ class BoundContributions(beam.PTransform):
         self.salt = None if key_column is None else key_salt(seed)
 
     def expand(self, batches):
+        require_validated(batches, [self.unit_column, *([self.key_column] if self.key_column else [])], "Bound")
         unit, shards, seed = self.unit_column, self.shards, self.seed
         combine = KeepLowestPerUnit(unit, self.max_rows, self.key_column, self.max_keys, self.salt, shards)
         return (
@@ -572,6 +579,24 @@ class BoundContributions(beam.PTransform):
             | "KeepLowest" >> beam.CombinePerKey(combine)  # col: (shard, Table sorted by unit hash)
             | "Batches" >> beam.FlatMapTuple(as_batches, [] if self.keep_unit else [unit])  # col: RecordBatch
         )
+
+
+def require_validated(batches, columns: Sequence[str], step: str) -> dict[str, str]:
+    """The validated columns upstream of ``batches`` (``validated_columns``); a ValueError, when the graph is
+    built, if one of ``columns`` was not validated on every path, or if a validated column takes a name of the
+    library's own columns. Without validation a unit could be spelled several ways (NaN payloads, -0.0, a null),
+    and a later step that groups its rows by another rule than bounding's would count it more than once."""
+    validated = validated_columns(batches)
+    missing = [c for c in columns if c not in validated]
+    if missing:
+        raise ValueError(
+            f"{step}: column {missing[0]!r} was not validated on its way here: put ValidateBatches(specs) after "
+            "ReadRecordBatches (or read rows with RowsToBatches), declaring it, before bounding and counting"
+        )
+    reserved = [c for c in validated if c in (PRIORITY, HASH)]
+    if reserved:
+        raise ValueError(f"{step}: column {reserved[0]!r} has the name of a column bounding adds; rename it")
+    return validated
 
 
 def as_batches(_shard: int, table: pa.Table | None, drop: Sequence[str] = ()):

@@ -28,7 +28,7 @@ from beam_expmech.mechanisms.exponential import top_k
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k, margin
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
 from beam_expmech.mechanisms.randomness import stream_source
-from beam_expmech.transforms.bounding import unit_hash
+from beam_expmech.transforms.bounding import require_validated, unit_hash
 
 KEY, ROWS, UNITS = "key", "rows", "units"
 _COMPACT_ROWS = 1 << 17
@@ -69,19 +69,24 @@ def _empty() -> pa.Table:
 
 
 def batch_key_counts(batch: pa.RecordBatch, key_column: str, unit_column: str | None, shards: int):
-    """(key shard, RecordBatch[key, rows, units]) of one batch: its own totals per key, split by shard."""
+    """(key shard, RecordBatch[key, rows, units]) of one batch: its own totals per key, split by shard.
+
+    Units are told apart as bounding tells them (it leaves the unit column in ``canonical_identity``'s form, one
+    value a unit). The group-by runs on a table of the library's own column names, so that no user column's
+    name can collide with the names of its outputs."""
     if batch.column(key_column).null_count:  # a null has no label to release, and no order beside text
         raise ValueError(f"KeyCounts needs {key_column} without nulls: route them to a dead letter (ValidateBatches)")
-    table = pa.Table.from_batches([batch])
+    table = pa.table({KEY: batch.column(key_column)})
     if unit_column is None:
-        counted = table.group_by(key_column).aggregate([([], "count_all")])
+        counted = table.group_by(KEY).aggregate([([], "count_all")])
         units = counted.column("count_all")
     else:
-        counted = table.group_by(key_column).aggregate([([], "count_all"), (unit_column, "count_distinct")])
-        units = counted.column(f"{unit_column}_count_distinct")
+        table = table.append_column(UNITS, batch.column(unit_column))
+        counted = table.group_by(KEY).aggregate([([], "count_all"), (UNITS, "count_distinct")])
+        units = counted.column(f"{UNITS}_count_distinct")
     counted = pa.RecordBatch.from_arrays(
-        [counted.column(key_column).combine_chunks(), *(pc.cast(c, pa.int64()).combine_chunks()
-                                                        for c in (counted.column("count_all"), units))],
+        [counted.column(KEY).combine_chunks(), *(pc.cast(c, pa.int64()).combine_chunks()
+                                                 for c in (counted.column("count_all"), units))],
         names=[KEY, ROWS, UNITS],
     )  # fmt: skip
     return by_key_shard(counted, shards)
@@ -111,6 +116,9 @@ class KeyCounts(beam.PTransform):
         self.shards = parameters.count(shards, "shards")
 
     def expand(self, batches):
+        kinds = require_validated(batches, [self.key_column, *([self.unit_column] if self.unit_column else [])], "Keys")
+        if kinds[self.key_column] != "string":  # bounding ranks keys by canonical_identity: for text, the text
+            raise ValueError(f"Keys: column {self.key_column!r} must be validated as kind 'string' (keys are text)")
         return (
             batches
             | "PerBatch" >> beam.FlatMap(batch_key_counts, self.key_column, self.unit_column, self.shards)

@@ -23,13 +23,16 @@ class ReadRecordBatches(beam.PTransform):
 
     col: pyarrow.RecordBatch, and MalformedRows for CSV rows with the wrong number of fields
     (ValidateBatches sends them to the dead letter). Parquet files are read in parallel by row
-    group, CSV and Avro by file; nothing is ever materialised whole.
+    group, CSV and Avro by file; nothing is ever materialised whole. The files' schemas are checked
+    when it is built (``readers.check_columns``): every file has the columns, each column of one type
+    family in all (a unit read as 5 in one file and as "5" or 5.0 in another would be two units).
     """
 
     def __init__(self, files: Sequence[str], fmt: str | None, columns: Sequence[str]):
         super().__init__()
         self.splits = [(path, readers.file_format(path, fmt)) for path in files]
         self.columns = list(columns)
+        readers.check_columns(files, fmt, self.columns)
 
     def expand(self, pbegin):
         return (
@@ -99,10 +102,38 @@ class ValidateBatches(beam.PTransform):
 
     def expand(self, batches) -> Validated:
         tagged = batches | "Check" >> beam.ParDo(_Validate(self.specs))  # col: (GOOD | DEAD, rows)
-        return Validated(
-            good=tagged | "Good" >> beam.FlatMap(_tagged, GOOD),
-            dead=tagged | "Dead" >> beam.FlatMap(_tagged, DEAD),
-        )
+        good = tagged | "Good" >> beam.FlatMap(_tagged, GOOD)
+        setattr(good, _VALIDATED, {spec.name: spec.kind for spec in self.specs})
+        return Validated(good=good, dead=tagged | "Dead" >> beam.FlatMap(_tagged, DEAD))
+
+
+_VALIDATED = "_beam_expmech_validated"  # the attribute ValidateBatches sets on its good rows: {column: kind}
+
+
+def validated_columns(batches: beam.PCollection) -> dict[str, str]:
+    """The columns (name: ColumnSpec kind) that ValidateBatches checked on every path of the graph that leads to
+    ``batches``: empty where some path starts elsewhere (a file read, a Create) without passing through it.
+
+    How a transform that must not see unvalidated rows (bounding: a unit spelled two ways would be two units)
+    refuses, when the graph is built, a graph that skips validation. It reads the graph's shape only: a step of
+    the user's between validation and it is trusted to keep the columns as validation left them.
+    """
+    seen: dict[int, dict[str, str]] = {}
+
+    def walk(pcoll) -> dict[str, str]:
+        if id(pcoll) not in seen:
+            seen[id(pcoll)] = {}  # a graph has no cycle; this only stops a second visit of a shared ancestor
+            marked = getattr(pcoll, _VALIDATED, None)
+            producer = getattr(pcoll, "producer", None)
+            inputs = [] if producer is None else [p for p in producer.inputs if isinstance(p, beam.PCollection)]
+            if marked is not None:
+                seen[id(pcoll)] = dict(marked)
+            elif inputs:
+                found = [walk(p) for p in inputs]
+                seen[id(pcoll)] = {c: k for c, k in found[0].items() if all(f.get(c) == k for f in found[1:])}
+        return seen[id(pcoll)]
+
+    return walk(batches)
 
 
 class _ConcatTables(beam.CombineFn):

@@ -41,6 +41,7 @@ INPUT = "tests/audit/test_audit_input.py::test_each_unit_counts_min_k_of_its_val
 ROWS = "tests/audit/test_audit_rows.py"
 KEYS = "tests/audit/test_audit_keys.py"
 SENSITIVITY = "tests/audit/test_audit_sensitivity.py"
+IDENTITY = "tests/audit/test_audit_identity.py"
 SHIPPED_SYNTHESIZE = "tests/audit/test_audit_synthesize.py::test_synthesize_as_shipped_is_post_processing_of_its_draws"
 
 MUTANTS = [
@@ -181,11 +182,25 @@ MUTANTS = [
     Mutant(
         "the unit column dropped after the split for text units too (review 3, F3)",
         "beam_expmech/transforms/bounding.py",
-        "    if not keep_unit and _hash_is_identity(batch.schema.field(unit_column).type):",
+        "    if not keep_unit and _hash_is_identity(units.type):",
         "    if not keep_unit:",
         (
             "tests/transforms/test_bounding.py::test_text_units_of_one_hash_stay_two_units_where_the_unit_column_is_dropped",
         ),
+    ),
+    Mutant(
+        "bounding passes the unit column on as read, so KeyCounts counts distinct raw values (issue 34, item 1)",
+        "beam_expmech/transforms/bounding.py",
+        "        batch = batch.set_column(batch.schema.get_field_index(unit_column), unit_column, units)",
+        "        pass",
+        (f"{IDENTITY}::test_a_unit_spelled_many_ways_in_files_is_one_unit",),
+    ),
+    Mutant(
+        "bounding builds on a graph that skips validation (issue 34, item 1)",
+        "beam_expmech/transforms/bounding.py",
+        "    missing = [c for c in columns if c not in validated]",
+        "    missing = []",
+        ("tests/transforms/test_bounding.py::test_a_graph_that_skips_validation_is_refused_when_built",),
     ),
     Mutant(
         "bounding misses priorities that tie at a unit's threshold in their top bits (review 3, F3)",

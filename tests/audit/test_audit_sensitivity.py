@@ -23,9 +23,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from beam_expmech import halfspaces
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.mechanisms.quantile import quantile_scores
 from beam_expmech.predicates import CategoryCounts, HistogramCounts, MarginalCounts, MarginalWorkload
-from beam_expmech.transforms import BoundContributions, GatherCounts
+from beam_expmech.transforms import BoundContributions, GatherCounts, ValidateBatches
 from beam_expmech.transforms.keys import KEY, ROWS, UNITS, KeyCounts
 from pipelines import job
 
@@ -58,6 +59,14 @@ def as_batches(parts: list[dict], pieces: int, rng: np.random.Generator) -> list
             if chunk.size]  # fmt: skip
 
 
+def validated(batches, name: str, query: bool = False):
+    """The batches as the pipelines read them: validated, each column in its kind's type (bounding refuses,
+    when built, a graph that skips validation)."""
+    specs = [ColumnSpec("user", "any"), ColumnSpec("item", "int"), ColumnSpec("x", "float")]
+    specs += [ColumnSpec(c, "int") for c in ("f0", "f1", "y")] + ([ColumnSpec("query", "string")] if query else [])
+    return (batches | f"Validate {name}" >> ValidateBatches(specs)).good
+
+
 def _keep(counts, key: str, name: str) -> None:
     RESULTS.setdefault(key, {})[name] = counts
 
@@ -69,7 +78,7 @@ def counts_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int) -> 
     args = argparse.Namespace(privacy_unit="user", max_rows_per_unit=max_rows, seed=5)
     with beam.Pipeline() as pipeline:
         for name, batches in datasets.items():
-            created = pipeline | f"Create {name}" >> beam.Create(batches)
+            created = validated(pipeline | f"Create {name}" >> beam.Create(batches), name)
             for family_name, (family, shard_size) in FAMILIES.items():
                 counting = job.CountingJob(("unlisted: the default shards",), (), family, None, shard_size)
                 label = f"{name} {family_name}"
@@ -131,8 +140,7 @@ def key_totals_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int,
     with beam.Pipeline() as pipeline:
         for name, batches in datasets.items():
             _ = (
-                pipeline
-                | f"Create {name}" >> beam.Create(batches)
+                validated(pipeline | f"Create {name}" >> beam.Create(batches), name, query=True)
                 | f"Bound {name}"
                 >> BoundContributions("user", max_rows, shards=3, key_column="query", max_keys=max_keys, seed=5)
                 | f"Count {name}" >> KeyCounts("query", unit_column="user", shards=2)

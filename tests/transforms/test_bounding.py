@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from sampling import assert_follows
 
 from beam_expmech.io import readers
+from beam_expmech.io.validation import ColumnSpec, canonical_identity
+from beam_expmech.transforms import ValidateBatches
 from beam_expmech.transforms.bounding import (
     HASH,
     PRIORITY,
@@ -82,8 +84,8 @@ def test_no_unit_contributes_more_than_k_rows(units, repeats, k, shards, batch_r
     rows = [u for u, r in zip(units, itertools.cycle(repeats), strict=False) for _ in range(r)]
     table = pa.table({"unit": rows, "row": np.arange(len(rows))})
     kept = bound(table.to_batches(max_chunksize=batch_rows), k, shards)
-    per_unit = Counter(kept.column("unit").to_pylist())
-    before = Counter(rows)
+    per_unit = Counter(kept.column("unit").to_pylist())  # in its canonical form: text as its bytes
+    before = Counter(canonical_identity(pa.array(rows)).to_pylist())
     assert all(per_unit[u] == min(k, n) for u, n in before.items())  # at most k, and no fewer than it could
     assert len(set(kept.column("row").to_pylist())) == kept.num_rows  # each kept row is a distinct input row
 
@@ -137,8 +139,44 @@ def test_bound_contributions_on_beam():
         assert all(counts[u] == min(3, int((units == u).sum())) for u in counts)
 
     with beam.Pipeline() as pipeline:
-        kept = pipeline | beam.Create(table.to_batches(max_chunksize=97)) | BoundContributions("unit", 3, shards=4)
-        assert_that(kept, check)
+        batches = pipeline | beam.Create(table.to_batches(max_chunksize=97))
+        validated = batches | ValidateBatches([ColumnSpec("unit", "any"), ColumnSpec("item", "int")])
+        assert_that(validated.good | BoundContributions("unit", 3, shards=4), check)
+
+
+def test_the_unit_leaves_bounding_in_its_canonical_form():
+    """What reads the unit after bounding (KeyCounts' distinct units) sees one value a unit: -0.0 as 0.0, every
+    NaN as one, int32 as int64, text as its bytes."""
+    nans = NANS.view(np.float64)
+    for values, expected in [
+        (pa.array([-0.0, 0.0, *nans]), {0.0: 2, "nan": 3}),
+        (pa.array([5, 5, 6], pa.int32()), {5: 2, 6: 1}),
+        (pa.array(["a", "a", "b"]), {b"a": 2, b"b": 1}),
+    ]:
+        batch = with_priorities(pa.record_batch({"unit": values}), 1)
+        (_, rows), *_ = split_by_shard(batch, "unit", 1)
+        unit = rows.table.column("unit")
+        assert unit.type in (pa.float64(), pa.int64(), pa.large_binary())
+        assert Counter("nan" if v != v else v for v in unit.to_pylist()) == expected
+        if pa.types.is_floating(unit.type):  # one NaN, bit for bit: a group-by tells NaN payloads apart
+            assert len({*unit.to_numpy()[np.isnan(unit.to_numpy())].view(np.uint64).tolist()}) == 1
+
+
+def test_a_graph_that_skips_validation_is_refused_when_built():
+    pipeline = beam.Pipeline()
+    batches = pipeline | beam.Create([pa.record_batch({"unit": [1, 2], "key": ["a", "b"]})])
+    with pytest.raises(ValueError, match=r"'unit' was not validated.*ValidateBatches"):
+        _ = batches | BoundContributions("unit", 3)
+    validated = (batches | "Validate" >> ValidateBatches([ColumnSpec("unit", "any")])).good
+    with pytest.raises(ValueError, match="'key' was not validated"):  # the key must be validated too
+        _ = validated | "Keyed" >> BoundContributions("unit", 3, key_column="key", max_keys=1)
+    mixed = (validated, batches) | beam.Flatten()  # one path validated, one not: refused
+    with pytest.raises(ValueError, match="'unit' was not validated"):
+        _ = mixed | "Mixed" >> BoundContributions("unit", 3)
+    _ = validated | "Shaped" >> beam.Map(lambda batch: batch) | "Bound" >> BoundContributions("unit", 3)  # trusted
+    reserved = (batches | "Reserved" >> ValidateBatches([ColumnSpec("unit", "any"), ColumnSpec(PRIORITY, "int")])).good
+    with pytest.raises(ValueError, match="name of a column bounding adds"):
+        _ = reserved | "BoundReserved" >> BoundContributions("unit", 3)
 
 
 # L0 bounding: at most L keys (values of "key") a unit, and K rows among theirs.
@@ -199,16 +237,16 @@ def test_no_unit_exceeds_k_rows_or_l_keys(rows, k, max_keys, shards, batch_rows,
 @given(rows=keyed_rows_strategy, k=st.integers(1, 4), max_keys=st.integers(1, 3), batch_rows=st.integers(1, 30))
 def test_no_unit_exceeds_k_rows_or_l_keys_on_beam(rows, k, max_keys, batch_rows):
     table = keyed_table(rows)
+    valid = table.filter(table.column("key").is_valid())  # validation rejects a null key
 
     def check(batches):
-        check_l0_bound(pa.Table.from_batches(batches, table.schema), table, k, max_keys)
+        check_l0_bound(pa.Table.from_batches(batches, table.schema), valid, k, max_keys)
 
+    specs = [ColumnSpec("row", "int"), ColumnSpec("unit", "any"), ColumnSpec("key", "int")]
     with beam.Pipeline() as pipeline:
         kept = (
-            pipeline
-            | beam.Create(table.to_batches(max_chunksize=batch_rows))
-            | BoundContributions("unit", k, shards=3, key_column="key", max_keys=max_keys)
-        )
+            pipeline | beam.Create(table.to_batches(max_chunksize=batch_rows)) | ValidateBatches(specs)
+        ).good | BoundContributions("unit", k, shards=3, key_column="key", max_keys=max_keys)
         assert_that(kept, check)
 
 
@@ -440,7 +478,7 @@ def test_text_units_of_one_hash_are_still_two_units(shards):
     table = pa.table({"unit": units, "row": np.arange(len(units))})
     for seed in range(5):
         kept = bound(table.to_batches(max_chunksize=4), 2, shards, seed)
-        assert Counter(kept.column("unit").to_pylist()) == {first: 2, second: 2, "other": 2}
+        assert Counter(kept.column("unit").to_pylist()) == {first.encode(): 2, second.encode(): 2, b"other": 2}
     kept = keep_lowest(pa.Table.from_batches([with_priorities(table.to_batches()[0], 1)]), "unit", 3)
     assert Counter(kept.column("unit").to_pylist()) == {first: 3, second: 3, "other": 3}
 

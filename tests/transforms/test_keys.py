@@ -12,6 +12,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_expmech.accounting import Release
+from beam_expmech.io.validation import ColumnSpec
+from beam_expmech.transforms import ValidateBatches
 from beam_expmech.transforms.keys import (
     KEY,
     MECHANISMS,
@@ -35,6 +37,12 @@ def batches(rows: int = 3_000, seed: int = 0) -> list[pa.RecordBatch]:
     cuts = np.searchsorted(users, [100, 200, 300])
     return [pa.record_batch({"user": part_u, "query": [f"q{q}" for q in part_q]})
             for part_u, part_q in zip(np.split(users, cuts), np.split(queries, cuts), strict=True)]  # fmt: skip
+
+
+def validated(pipeline: beam.Pipeline, parts: list[pa.RecordBatch], unit: str = "user", key: str = "query"):
+    """The batches as KeyCounts takes them: validated (it refuses, when built, a graph that skips validation)."""
+    specs = [ColumnSpec(unit, "any"), ColumnSpec(key, "string")]
+    return (pipeline | beam.Create(parts) | ValidateBatches(specs)).good
 
 
 def totals(parts) -> dict[str, tuple[int, int]]:
@@ -66,8 +74,7 @@ def test_key_counts_are_each_keys_rows_and_distinct_units_whatever_the_shards(sh
     parts = batches()
     with beam.Pipeline() as pipeline:
         counted = (
-            pipeline
-            | beam.Create(parts)
+            validated(pipeline, parts)
             | KeyCounts("query", unit_column="user", shards=shards)
             | beam.FlatMapTuple(
                 lambda _, t: zip(t[KEY].to_pylist(), t[ROWS].to_pylist(), t[UNITS].to_pylist(), strict=True)
@@ -80,8 +87,7 @@ def test_without_a_unit_column_each_row_is_a_unit():
     parts = batches()
     with beam.Pipeline() as pipeline:
         counted = (
-            pipeline
-            | beam.Create(parts)
+            validated(pipeline, parts)
             | KeyCounts("query", shards=3)
             | beam.FlatMapTuple(lambda _, t: zip(t[ROWS].to_pylist(), t[UNITS].to_pylist(), strict=True))
         )
@@ -95,7 +101,7 @@ def test_top_keys_on_beam_find_keys_that_stand_far_apart_best_first(mechanism):
     assert [truth[q][0] for q in ranked[:4]] == sorted([truth[q][0] for q in ranked[:4]], reverse=True)
     step = PrivateTopKeys(epsilon=2.0, delta=1e-6, k=3, max_rows=1, max_keys=1, mechanism=mechanism, seed=5)
     with beam.Pipeline() as pipeline:
-        chosen = pipeline | beam.Create(parts) | KeyCounts("query", unit_column="user", shards=4) | step
+        chosen = validated(pipeline, parts) | KeyCounts("query", unit_column="user", shards=4) | step
         assert_that(chosen, equal_to([ranked[:3]]))  # q1, q2, q3: hundreds of rows apart at epsilon 2
 
 
@@ -109,7 +115,7 @@ def test_top_keys_on_beam_are_the_one_process_draw_under_a_test_seed(mechanism):
             shards.setdefault(shard, []).append(pa.Table.from_batches([table]))
     expected = step.release([(shard, key_totals(pa.concat_tables(tables))) for shard, tables in shards.items()])
     with beam.Pipeline() as pipeline:
-        chosen = pipeline | beam.Create(parts) | KeyCounts("query", unit_column="user", shards=4) | step
+        chosen = validated(pipeline, parts) | KeyCounts("query", unit_column="user", shards=4) | step
         assert_that(chosen, equal_to([expected]))
 
 
@@ -118,8 +124,34 @@ def test_few_keys_that_stand_out_release_fewer_than_k():
     for mechanism in MECHANISMS:
         step = PrivateTopKeys(epsilon=1.0, delta=1e-6, k=5, max_rows=1, max_keys=1, mechanism=mechanism)
         with beam.Pipeline() as pipeline:
-            chosen = pipeline | beam.Create(flat) | KeyCounts("query", unit_column="user") | step
+            chosen = validated(pipeline, flat) | KeyCounts("query", unit_column="user") | step
             assert_that(chosen, equal_to([[]]))  # a key of one unit: released with probability ~1e-6
+
+
+@pytest.mark.parametrize(("unit", "key"), [("user", "count_all"), ("user", "user_count_distinct"), ("units", "key")])
+def test_no_column_name_collides_with_the_group_bys_own(unit, key):
+    """pyarrow names a group-by's outputs count_all and COLUMN_count_distinct: a user column of such a name once
+    failed the job after its charge (issue 34)."""
+    parts = [pa.record_batch({unit: [1, 1, 2], key: ["a", "b", "a"]})]
+    with beam.Pipeline() as pipeline:
+        counted = (
+            validated(pipeline, parts, unit, key)
+            | KeyCounts(key, unit_column=unit, shards=2)
+            | beam.FlatMapTuple(
+                lambda _, t: zip(t[KEY].to_pylist(), t[ROWS].to_pylist(), t[UNITS].to_pylist(), strict=True)
+            )
+        )
+        assert_that(counted, equal_to([("a", 2, 2), ("b", 1, 1)]))
+
+
+def test_key_counts_refuse_unvalidated_or_non_text_keys_when_built():
+    pipeline = beam.Pipeline()
+    parts = pipeline | beam.Create(batches())
+    with pytest.raises(ValueError, match="'query' was not validated"):
+        _ = parts | KeyCounts("query", unit_column="user")
+    numbers = (parts | "Numbers" >> ValidateBatches([ColumnSpec("user", "any"), ColumnSpec("query", "any")])).good
+    with pytest.raises(ValueError, match="kind 'string'"):  # bounding ranks keys by their bytes: keys are text
+        _ = numbers | "Count" >> KeyCounts("query", unit_column="user")
 
 
 def test_null_keys_are_refused_they_belong_in_the_dead_letter():
@@ -142,8 +174,7 @@ def test_partition_selection_on_beam_keeps_the_keys_many_units_hold():
     truth = totals(parts)
     with beam.Pipeline() as pipeline:
         kept = (
-            pipeline
-            | beam.Create(parts)
+            validated(pipeline, parts)
             | KeyCounts("query", unit_column="user", shards=4)
             | step
             | beam.FlatMapTuple(lambda _, t: t[KEY].to_pylist())
