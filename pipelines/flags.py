@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import posixpath
 from typing import NoReturn
 
@@ -16,8 +17,8 @@ def add_input_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=readers.FORMATS, help="the input format (default: from the file extension)")
     parser.add_argument(
         "--dead-letter",
-        help="where rejected rows go, with the reason (CSV, local or gs://): raw data, an operator's file, to keep "
-        "out of any published folder (default: OUT.dead_letter.csv beside --output)",
+        help="where to keep rejected rows, with the reason (CSV, local or gs://): raw data, an operator's file; "
+        "refused inside --output's folder (default: none kept, only counted)",
     )
 
 
@@ -76,8 +77,27 @@ def check_unit_flags(args: argparse.Namespace) -> None:
         raise ValueError("--privacy-unit and --max-rows-per-unit go together")
     if args.max_rows_per_unit is not None and args.max_rows_per_unit < 1:
         raise ValueError(f"--max-rows-per-unit must be >= 1, got {args.max_rows_per_unit}")
-    if args.dead_letter is not None and posixpath.normpath(args.dead_letter) == posixpath.normpath(args.output):
-        raise ValueError("--dead-letter must not be --output: the dead letter holds raw rows")
+    if args.dead_letter is not None and inside(args.dead_letter, published_folder(args.output)):
+        raise ValueError("--dead-letter must lie outside the folder of --output (where releases are published): "
+                         "the dead letter holds raw rows")  # fmt: skip
+
+
+def published_folder(output: str) -> str:
+    """The folder a release is written to, as an absolute location: what is published with it. For gs://, the
+    object's prefix up to its last "/" (the bucket itself for an object at its root)."""
+    if output.startswith("gs://"):
+        return posixpath.dirname(output) + "/"
+    return os.path.dirname(os.path.realpath(output)) + os.sep
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` (local or gs://) lies in ``folder`` (as ``published_folder`` gives it) or below it."""
+    if path.startswith("gs://") != folder.startswith("gs://"):
+        return False
+    location = posixpath.normpath(path) if path.startswith("gs://") else os.path.realpath(path)
+    if path.startswith("gs://"):
+        location = "gs://" + location.removeprefix("gs:/").lstrip("/")
+    return location.startswith(folder)
 
 
 def unit_specs(args: argparse.Namespace) -> list[ColumnSpec]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,11 +37,6 @@ class JobFailedError(RuntimeError):
     and the budget it reserved stays spent, since the data may have been read."""
 
 
-def dead_letter_path(output: str, dead_letter: str | None = None) -> str:
-    """Where rejected rows go: --dead-letter, or beside the release (OUT.json -> OUT.dead_letter.csv)."""
-    return dead_letter or posixpath.splitext(output)[0] + ".dead_letter.csv"
-
-
 def check_input(args: argparse.Namespace, specs: Sequence[ColumnSpec]) -> list[str]:
     """The input files, after checking that each has every needed column (before any budget)."""
     names = [s.name for s in specs]
@@ -61,14 +55,16 @@ def read_valid_batches(
     files: Sequence[str],
     fmt: str | None,
     specs: Sequence[ColumnSpec],
-    dead_letter: str,
+    dead_letter: str | None,
 ):
-    """col: RecordBatch of the rows that passed validation; the rest go to the ``dead_letter`` file, whose
-    write is the second PCollection returned (one element, once written)."""
+    """col: RecordBatch of the rows that passed validation, and the rest's ``dead_letter`` file's write (a
+    PCollection of one element, once written), or None without a dead letter: rejected rows are then only
+    counted (the non-private counter)."""
     batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, [s.name for s in specs])
     checked = batches | "Validate" >> ValidateBatches(specs)
-    written = checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter, [s.name for s in specs])
-    return checked.good, written
+    if dead_letter is None:
+        return checked.good, None
+    return checked.good, checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter, [s.name for s in specs])
 
 
 @dataclass(frozen=True)
@@ -123,11 +119,15 @@ def shards(files: Sequence[str]) -> int:
 
 
 def counting_pipeline(
-    args: argparse.Namespace, beam_args: list[str], job: CountingJob | KeyCountingJob, write: Callable[[object], None]
+    args: argparse.Namespace,
+    beam_args: list[str],
+    job: CountingJob | KeyCountingJob,
+    write: Callable[[object], None],
+    dead_letter: str | None = None,
 ) -> beam.Pipeline:
-    """The job's graph, not yet run: read, validate, bound (with --privacy-unit), count, release, ``write`` it."""
+    """The job's graph, not yet run: read, validate (rejected rows to ``dead_letter``, if any), bound (with
+    --privacy-unit), count, release, ``write`` it."""
     pipeline = beam.Pipeline(options=runners.pipeline_options(beam_args))
-    dead_letter = dead_letter_path(args.output, args.dead_letter)
     batches, dead_letter_written = read_valid_batches(pipeline, job.files, args.format, job.specs, dead_letter)
     if args.privacy_unit:
         batches = batches | "Bound" >> job.bounding(args)
@@ -136,6 +136,9 @@ def counting_pipeline(
         | "Count" >> job.counting(args)  # col: (shard, counts)
         | "Release" >> job.release  # col: the release, once
     )
+    if dead_letter_written is None:
+        _ = release | "Write" >> beam.Map(write)
+        return pipeline
     # The release is written last, once the dead letter is: a job that fails has released nothing, and one
     # that wrote its release has nothing left to fail (the ledger marks it done). One last step is also
     # what Beam's Dask runner needs: it computes only the graph's last step and what that step reads, so
@@ -167,12 +170,14 @@ def run_counting_job(
     beam_args: list[str],
     job: CountingJob | KeyCountingJob,
     write: Callable[[object], None] | None = None,
+    dead_letter: str | None = None,
 ) -> None:
     """Build ``counting_pipeline`` and run it to the end.
 
     By default the release is a JSON-ready dict, written to --output (``read_release`` reads it back);
-    ``write`` replaces that. Returns once the release is written: in ``budget.charge``'s block, nothing
-    else, so that the ledger marks it done exactly when it is written.
+    ``write`` replaces that. Rejected rows go to ``dead_letter`` (default: none, counted only). Returns once
+    the release is written: in ``budget.charge``'s block, nothing else, so that the ledger marks it done
+    exactly when it is written.
     """
     output = args.output
     if write is None:
@@ -180,10 +185,11 @@ def run_counting_job(
         def write(payload):
             writers.write_json(output, payload)
 
-    pipeline = counting_pipeline(args, beam_args, job, write)
+    pipeline = counting_pipeline(args, beam_args, job, write, dead_letter)
     _LOG.info(
         "running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(job.files), args.input
     )
+    log_dead_letter(dead_letter)
     result = None
     try:
         result = pipeline.run()
@@ -197,7 +203,7 @@ def run_counting_job(
     finally:
         runners.close(result)
     # The release is written: from here on nothing may raise, or the ledger would mark a written release failed.
-    log_row_counts(result, dead_letter_path(args.output, args.dead_letter))
+    log_row_counts(result)
 
 
 def run_charged(
@@ -214,7 +220,7 @@ def run_charged(
     charge's block, so that the ledger marks the run done exactly when the release is written."""
     runners.check_runner(beam_args)
     with budget.charge(args, cost, pipeline, delta=delta):
-        run_counting_job(args, beam_args, job)
+        run_counting_job(args, beam_args, job, dead_letter=args.dead_letter)
     return read_release(args.output)
 
 
@@ -230,18 +236,31 @@ def read_release(output: str) -> dict:
         ) from None
 
 
-def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str) -> None:
+def log_dead_letter(dead_letter: str | None) -> None:
+    """One fixed line, whatever the data: where rejected rows go, or how to keep them. Whether any row was
+    rejected is not said at INFO or above: one person's bad row would be told by the line's presence."""
+    if dead_letter is None:
+        _LOG.info(
+            "rows that fail validation are counted (at DEBUG, non-private), not kept: --dead-letter PATH keeps "
+            "them, with the reason (raw rows: an operator's file, outside any published folder)"
+        )
+    else:
+        _LOG.info("rows that fail validation, if any, go to %s with the reason (raw rows: an operator's file)",
+                  dead_letter)  # fmt: skip
+
+
+def log_row_counts(result: beam.runners.runner.PipelineResult) -> None:
     """The rows read and rejected, and the values clamped into a numeric column's end bins, from the
     job's counters: exact, so not private, and logged at DEBUG only, labelled so. At INFO and above
-    no number that depends on the data: logs travel further than the dead letter, and an exact count
-    beside a release undoes its noise (the synthesize manifest's noisy row count)."""
+    nothing that depends on the data (not even whether a row was rejected): logs travel further than
+    the dead letter, and an exact count beside a release undoes its noise (the synthesize manifest's
+    noisy row count)."""
     counts = {"rows_read": 0, "dead_letter_rows": 0}
     try:
         counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
     except Exception as error:  # optional: the Dask runner has none ("collecting metrics will come later!")
-        _LOG.info(
-            "the runner's counters are unavailable (%s); rejected rows, if any: %s", type(error).__name__, dead_letter
-        )
+        _LOG.debug("non-private: the runner's counters are unavailable (%s): rows read and rejected unknown",
+                   type(error).__name__)  # fmt: skip
         return
     clamped: dict[str, int] = {}
     for counter in counters:
@@ -252,8 +271,3 @@ def log_row_counts(result: beam.runners.runner.PipelineResult, dead_letter: str)
             clamped[name.removeprefix(CLAMPED)] = clamped.get(name.removeprefix(CLAMPED), 0) + value
     clamps = "".join(f"; {n} values of {c} clamped into its end bins" for c, n in sorted(clamped.items()) if n)
     _LOG.debug("non-private: read %d rows; %d rejected%s", counts["rows_read"], counts["dead_letter_rows"], clamps)
-    if counts["dead_letter_rows"]:
-        _LOG.warning(
-            "rows were rejected: see %s (raw rows with the reason, an operator's file; their count at DEBUG)",
-            dead_letter,
-        )

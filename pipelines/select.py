@@ -13,7 +13,7 @@ unit holds is released with probability below delta), and fewer than k may be re
 candidate's score is the number of rows whose column equals it; with --privacy-unit each unit
 keeps at most K rows (over at most L keys), so a score moves by at most K (sensitivity K,
 monotone). Only the selection and public parameters are released, in OUT.json; rejected rows
-(raw data) go to --dead-letter PATH, by default OUT.dead_letter.csv beside it.
+(raw data) are counted, and kept only where --dead-letter PATH says (outside OUT.json's folder).
 """
 
 from __future__ import annotations

@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             beam_args,
             job.CountingJob(files, column_specs(), family, release),
             write=lambda p: write_outputs(p, output, labels),
+            dead_letter=args.dead_letter,
         )
     manifest = job.read_release(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")

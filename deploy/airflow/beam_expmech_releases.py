@@ -6,8 +6,9 @@ Airflow Variable, ``beam_expmech`` (JSON), read when a run starts:
     {
       "input": "gs://bucket/purchases/*.parquet",      the data (file, glob or gs://)
       "output": "gs://bucket/releases",                each run writes OUTPUT/<date>/...
-      "dead_letters": "gs://ops-bucket/dead_letters",  rejected rows, DEAD_LETTERS/<date>/...: raw data, for
-                                                       operators only, never under "output"
+      "dead_letters": "gs://ops-bucket/dead_letters",  optional: keep rejected rows, DEAD_LETTERS/<date>/...: raw
+                                                       data, for operators only, never under "output" (without
+                                                       it, rejected rows are counted, not kept)
       "ledger": "gs://bucket/ledger.json",             the budget ledger every run is charged to
       "dataset_id": "purchases",                       the data's id in the ledger
       "select": {"column": "item", "candidate_range": "0:50", "top_k": 3, "epsilon": 0.5},
@@ -29,7 +30,7 @@ Privacy: every release reserves its budget in the ledger before it reads data, a
 that would overspend stops with exit code 3 and spends nothing. Tasks are never retried: a
 failed release keeps its charge (the data may have been read), so a retry would pay twice;
 rerun by hand after reading the ledger (``beam-expmech ledger show``). The dead letters hold
-raw input rows: they go under "dead_letters", which must lie outside "output" (where the
+raw input rows: kept only where "dead_letters" says, which must lie outside "output" (where the
 releases are published) and be readable by operators only.
 """
 
@@ -43,7 +44,7 @@ from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOp
 from airflow.sdk import DAG, Variable, get_current_context, task
 
 RELEASES = {"select": "select.json", "synthesize": "synthetic.parquet"}  # pipeline -> output file name
-REQUIRED = ("input", "output", "dead_letters", "ledger", "dataset_id")
+REQUIRED = ("input", "output", "ledger", "dataset_id")
 RUNNERS = ("DirectRunner", "DataflowRunner", "DaskRunner")
 
 
@@ -52,12 +53,14 @@ def pipeline_options(config: dict, date: str) -> dict:
     missing = [key for key in REQUIRED if not config.get(key)]
     if missing:
         raise ValueError(f"the beam_expmech variable needs {', '.join(missing)}")
-    unknown = set(config) - {*REQUIRED, "runner", "dataflow", "dask", "beam_options", *RELEASES}
+    unknown = set(config) - {*REQUIRED, "dead_letters", "runner", "dataflow", "dask", "beam_options", *RELEASES}
     if unknown:
         raise ValueError(f"the beam_expmech variable has unknown keys: {', '.join(sorted(unknown))}")
-    published, dead = (posixpath.normpath(config[key]) for key in ("output", "dead_letters"))
-    if dead == published or dead.startswith(published + "/"):
-        raise ValueError("the beam_expmech variable's dead_letters must lie outside output: they hold raw rows")
+    dead_letters = config.get("dead_letters")  # optional: without it, rejected rows are counted, not kept
+    if dead_letters:
+        published, dead = posixpath.normpath(config["output"]), posixpath.normpath(dead_letters)
+        if dead == published or dead.startswith(published + "/"):
+            raise ValueError("the beam_expmech variable's dead_letters must lie outside output: they hold raw rows")
     runner = config.get("runner", "DirectRunner")
     if runner not in RUNNERS:
         raise ValueError(f"runner must be {', '.join(RUNNERS[:-1])} or {RUNNERS[-1]}, got {runner!r}")
@@ -71,7 +74,8 @@ def pipeline_options(config: dict, date: str) -> dict:
             **flags,
             "input": config["input"],
             "output": posixpath.join(config["output"], date, name),
-            "dead_letter": posixpath.join(config["dead_letters"], date, f"{pipeline}.dead_letter.csv"),
+            **({"dead_letter": posixpath.join(dead_letters, date, f"{pipeline}.dead_letter.csv")} if dead_letters
+               else {}),
             "budget_ledger": config["ledger"],
             "dataset_id": config["dataset_id"],
         }  # fmt: skip

@@ -42,6 +42,11 @@ ROWS = "tests/audit/test_audit_rows.py"
 KEYS = "tests/audit/test_audit_keys.py"
 SENSITIVITY = "tests/audit/test_audit_sensitivity.py"
 IDENTITY = "tests/audit/test_audit_identity.py"
+LOGS = "tests/audit/test_audit_logs.py"
+COUNTS_LINE = (
+    '    _LOG.debug("non-private: read %d rows; %d rejected%s", counts["rows_read"], counts["dead_letter_rows"], '
+    "clamps)"
+)
 SHIPPED_SYNTHESIZE = "tests/audit/test_audit_synthesize.py::test_synthesize_as_shipped_is_post_processing_of_its_draws"
 
 MUTANTS = [
@@ -201,6 +206,20 @@ MUTANTS = [
         "    missing = [c for c in columns if c not in validated]",
         "    missing = []",
         ("tests/transforms/test_bounding.py::test_a_graph_that_skips_validation_is_refused_when_built",),
+    ),
+    Mutant(
+        "a run warns when rows were rejected (issue 34, item 2: the line tells of one person's bad row)",
+        "pipelines/job.py",
+        COUNTS_LINE,
+        COUNTS_LINE + '\n    if counts["dead_letter_rows"]:\n        _LOG.warning("rows were rejected")',
+        (f"{LOGS}::test_what_a_run_prints_at_info_is_the_same_on_neighbouring_data",),
+    ),
+    Mutant(
+        "a run logs the rows it read at INFO (issue 34, item 2: an exact count beside a noisy one)",
+        "pipelines/job.py",
+        COUNTS_LINE,
+        '    _LOG.info("read %d rows; %d rejected%s", counts["rows_read"], counts["dead_letter_rows"], clamps)',
+        (f"{LOGS}::test_what_a_run_prints_at_info_is_the_same_on_neighbouring_data",),
     ),
     Mutant(
         "bounding misses priorities that tie at a unit's threshold in their top bits (review 3, F3)",

@@ -17,7 +17,7 @@ from corpus_cases import CASES, ITEMS, SECRET, Case, big_unit_rows, clean_rows, 
 
 from beam_expmech.ledger import Ledger
 from beam_expmech.manifest import FIXED_FIELDS
-from pipelines import console, job, learn, quantiles, select, synthesize
+from pipelines import console, learn, quantiles, select, synthesize
 
 PIPELINES = {
     "select": (select, ["--column", "item", "--candidate-range", f"0:{ITEMS}", "--top-k", "2"], "json"),
@@ -53,7 +53,7 @@ def run(pipeline: str, source: str, folder: Path, out: Path, capsys, caplog, *ex
     ledger = Ledger(str(out.parent / "ledger.json"))
     ledger.init("d", epsilon=100.0)
     flags = [f.replace("{domain}", str(folder / "domain.json")) for f in flags]
-    argv = ["--input", source, *flags, *UNIT, "--output", str(out),
+    argv = ["--input", source, *flags, *UNIT, "--output", str(out), "--dead-letter", str(dead_letter_of(out)),
             "--budget-ledger", ledger.path, "--dataset-id", "d", "--log-level", "DEBUG", *extra]  # fmt: skip
     capsys.readouterr()
     code = console.run_cli(module.main, argv)  # an uncaught exception here is a traceback: the test fails
@@ -68,8 +68,13 @@ def released(out: Path, kind: str):
     return pq.read_table(out).to_pydict()
 
 
+def dead_letter_of(out: Path) -> Path:
+    """Where a run keeps its rejected rows: beside the release's folder, never inside it (refused there)."""
+    return out.parent.parent / f"{out.parent.name}.dead_letter.csv"
+
+
 def dead_letter_rows(out: Path) -> int:
-    with open(job.dead_letter_path(str(out)), newline="") as handle:
+    with open(dead_letter_of(out), newline="") as handle:
         return sum(1 for _ in csv.reader(handle)) - 1
 
 

@@ -176,7 +176,8 @@ def test_the_variable_switches_to_dataflow_and_chooses_the_releases(tmp_path):
     assert remote["select"]["setup_file"] == options["setup_file"] and remote["synthesize"] is None
 
     assert "needs ledger" in plan({k: v for k, v in config.items() if k != "ledger"})["error"]
-    assert "needs dead_letters" in plan({k: v for k, v in config.items() if k != "dead_letters"})["error"]
+    unkept = plan({k: v for k, v in config.items() if k != "dead_letters"})  # optional: rejected rows counted only
+    assert "dead_letter" not in unkept["select"]
     inside = {**config, "dead_letters": f"{config['output']}/dead"}
     assert "dead_letters must lie outside output" in plan(inside)["error"]
     assert "runner must be" in plan({**config, "runner": "SparkRunner"})["error"]

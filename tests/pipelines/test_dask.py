@@ -72,12 +72,15 @@ def select_with_a_privacy_unit_and_a_ledger(scheduler, tmp_path, caplog):
     flags = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
              "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "0.5", "--top-k", "3",
              "--seed", "7", "--budget-ledger", ledger, "--dataset-id", "shop"]  # fmt: skip
-    run(select.main, [*flags, "--output", str(tmp_path / "direct.json")])
-    with caplog.at_level(logging.INFO, logger="pipelines"):
-        run(select.main, [*flags, "--output", str(tmp_path / "dask.json"), *on_dask(scheduler)])
-    assert read_json(tmp_path / "dask.json") == read_json(tmp_path / "direct.json")
-    # No counters on Dask: said at INFO, and the run is done, as its release is written.
-    assert any("counters are unavailable" in r.message and r.levelno == logging.INFO for r in caplog.records)
+    for runner in ("direct", "dask"):  # the releases in a folder of their own, the dead letters outside it
+        on = on_dask(scheduler) if runner == "dask" else []
+        with caplog.at_level(logging.DEBUG, logger="pipelines"):
+            run(select.main, [*flags, "--output", str(tmp_path / "out" / f"{runner}.json"),
+                              "--dead-letter", str(tmp_path / f"{runner}.dead_letter.csv"), *on])  # fmt: skip
+    assert read_json(tmp_path / "out" / "dask.json") == read_json(tmp_path / "out" / "direct.json")
+    # No counters on Dask: said at DEBUG (what is not counted is no business of a log that others may read), and
+    # the run is done, as its release is written.
+    assert any("counters are unavailable" in r.message and r.levelno == logging.DEBUG for r in caplog.records)
     assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["done", "done"]
     assert (tmp_path / "dask.dead_letter.csv").read_text() == (tmp_path / "direct.dead_letter.csv").read_text()
 
@@ -90,9 +93,11 @@ def quantiles_and_their_dead_letter(scheduler, tmp_path, _caplog):
     flags = ["--input", str(tmp_path / "d.parquet"), "--column", "x", "--lower", "0", "--upper", "100",
              "--quantiles", "0.1,0.5,0.9", "--epsilon", "1", "--privacy-unit", "user", "--max-rows-per-unit", "2",
              "--bins", "1024", "--seed", "11"]  # fmt: skip
-    run(quantiles.main, [*flags, "--output", str(tmp_path / "direct.json")])
-    run(quantiles.main, [*flags, "--output", str(tmp_path / "dask.json"), *on_dask(scheduler)])
-    assert read_json(tmp_path / "dask.json") == read_json(tmp_path / "direct.json")
+    for runner in ("direct", "dask"):
+        run(quantiles.main, [*flags, "--output", str(tmp_path / "out" / f"{runner}.json"),
+                             "--dead-letter", str(tmp_path / f"{runner}.dead_letter.csv"),
+                             *(on_dask(scheduler) if runner == "dask" else [])])  # fmt: skip
+    assert read_json(tmp_path / "out" / "dask.json") == read_json(tmp_path / "out" / "direct.json")
     dead = sorted((tmp_path / "dask.dead_letter.csv").read_text().splitlines())
     assert dead == sorted((tmp_path / "direct.dead_letter.csv").read_text().splitlines()) and len(dead) == 1 + 3
 
@@ -131,10 +136,13 @@ def synthesize_numeric_columns(scheduler, tmp_path, _caplog):
     (tmp_path / "domain.json").write_text(json.dumps(domain))
     flags = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--method", "mwem",
              "--rounds", "2", "--epsilon", "2", "--seed", "9"]  # fmt: skip
-    run(synthesize.main, [*flags, "--output", str(tmp_path / "direct.parquet")])
-    run(synthesize.main, [*flags, "--output", str(tmp_path / "dask.parquet"), *on_dask(scheduler)])
-    assert pq.read_table(tmp_path / "dask.parquet").equals(pq.read_table(tmp_path / "direct.parquet"))
-    assert read_json(tmp_path / "dask.manifest.json") == read_json(tmp_path / "direct.manifest.json")
+    for runner in ("direct", "dask"):
+        run(synthesize.main, [*flags, "--output", str(tmp_path / "out" / f"{runner}.parquet"),
+                              "--dead-letter", str(tmp_path / f"{runner}.dead_letter.csv"),
+                              *(on_dask(scheduler) if runner == "dask" else [])])  # fmt: skip
+    out = tmp_path / "out"
+    assert pq.read_table(out / "dask.parquet").equals(pq.read_table(out / "direct.parquet"))
+    assert read_json(out / "dask.manifest.json") == read_json(out / "direct.manifest.json")
     assert "income: NaN or infinite" in (tmp_path / "dask.dead_letter.csv").read_text()
 
 

@@ -47,7 +47,8 @@ def test_learner_on_nltcs(tmp_path, epsilon):
 def test_non_binary_values_go_to_the_dead_letter(tmp_path):
     (tmp_path / "d.csv").write_text("a,b,y\n1,0,1\n2,0,1\n0,1,0\n1,1,-1\n")
     learn.main(["--input", str(tmp_path / "d.csv"), "--features", "a,b", "--label", "y", "--epsilon", "1",
-                "--output", str(tmp_path / "h.json")])  # fmt: skip
+                "--output", str(tmp_path / "out" / "h.json"),
+                "--dead-letter", str(tmp_path / "h.dead_letter.csv")])  # fmt: skip
     dead = (tmp_path / "h.dead_letter.csv").read_text().splitlines()
     assert sorted(dead[1:]) == sorted(['"2","0","1","a: outside the domain [0, 2)"',
                                        '"1","1","-1","y: outside the domain [0, 2)"'])  # fmt: skip

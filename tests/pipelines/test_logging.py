@@ -28,16 +28,19 @@ def run_select(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
-def test_a_run_logs_its_charge_and_its_rejected_rows_on_stderr_their_counts_at_debug_only(tmp_path):
+def test_a_run_logs_its_charge_and_where_rejected_rows_go_on_stderr_their_counts_at_debug_only(tmp_path):
     run = run_select(tmp_path)
     assert run.returncode == 0, run.stderr
     assert "INFO beam_expmech.ledger: dataset 'shop': reserved epsilon=1 (rho=0.125) for select" in run.stderr
-    assert f"WARNING pipelines.job: rows were rejected: see {tmp_path / 'r.dead_letter.csv'}" in run.stderr
-    assert "marked done" in run.stderr and "1001" not in run.stderr
+    assert "INFO pipelines.job: rows that fail validation are counted (at DEBUG, non-private), not kept" in run.stderr
+    assert "marked done" in run.stderr and "1001" not in run.stderr and "rejected" not in run.stderr
+    assert not list(tmp_path.glob("*dead_letter*"))  # none asked for: no raw row written
     assert "selected" in run.stdout and "selected" not in run.stderr  # the result on stdout, the log apart
 
+    kept = run_select(tmp_path, "--dead-letter", str(tmp_path.parent / f"{tmp_path.name}-dead.csv"))
+    assert f"rows that fail validation, if any, go to {tmp_path.parent / f'{tmp_path.name}-dead.csv'}" in kept.stderr
     quiet = run_select(tmp_path, "--log-level", "WARNING")
-    assert quiet.returncode == 0 and "INFO" not in quiet.stderr and "rows were rejected" in quiet.stderr
+    assert quiet.returncode == 0 and quiet.stderr == ""  # whether a row was rejected is no warning's business
     debug = run_select(tmp_path, "--log-level", "DEBUG")
     assert "DEBUG pipelines.job: non-private: read 1001 rows; 1 rejected" in debug.stderr
 
@@ -62,7 +65,7 @@ def test_at_info_the_log_of_a_synthesis_is_the_same_whatever_the_size_of_the_dat
         written.append(run.stdout)
         # what differs between any two runs: the time of each line, the ledger's release ids
         logs.append([re.sub(r"^[\d-]+ [\d:,]+ |[0-9a-f]{32}", "", line) for line in run.stderr.splitlines()])
-    assert logs[0] == logs[1] and any("rows were rejected" in line for line in logs[0])
+    assert logs[0] == logs[1] and any("rows that fail validation" in line for line in logs[0])
     assert written[0] != written[1]  # the noisy sizes on stdout: the data did differ
 
 

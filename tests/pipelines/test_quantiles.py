@@ -19,10 +19,11 @@ def test_pipeline_releases_sorted_quantiles(tmp_path):
     values = rng.normal(50, 10, 40_000)
     values[:5] = [np.nan, np.inf, -np.inf, 1e9, -1e9]  # bad rows and values to clamp
     pq.write_table(pa.table({"x": values, "user": rng.integers(0, 4000, values.size)}), tmp_path / "d.parquet")
-    out = tmp_path / "q.json"
+    out = tmp_path / "out" / "q.json"
     assert quantiles.main(["--input", str(tmp_path / "d.parquet"), "--column", "x", "--lower", "0", "--upper", "100",
                            "--quantiles", "0.9,0.1,0.5", "--epsilon", "3", "--privacy-unit", "user",
-                           "--max-rows-per-unit", "2", "--output", str(out)]) == 0  # fmt: skip
+                           "--max-rows-per-unit", "2", "--output", str(out),
+                           "--dead-letter", str(tmp_path / "q.dead_letter.csv")]) == 0  # fmt: skip
     release = json.loads(out.read_text())
     assert list(release["quantiles"]) == ["0.1", "0.5", "0.9"]
     got = list(release["quantiles"].values())

@@ -41,7 +41,7 @@ def test_selects_the_true_top_items_at_large_epsilon(tmp_path, fmt):
     assert release["selected"] == true_top(table, 3)
     assert set(release) == RELEASE_KEYS  # nothing computed from the data but the selection
     assert release["sensitivity"] == 1 and release["monotonic"] and release["private_randomness"]
-    assert (tmp_path / "release.dead_letter.csv").read_text().strip() == '"item","reason"'
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["release.json", f"data.{fmt}"])  # no raw row beside it
 
 
 def test_bounded_contributions_set_the_sensitivity(tmp_path):
@@ -72,12 +72,12 @@ def test_bad_rows_go_to_the_dead_letter_and_the_release_still_happens(tmp_path):
     (tmp_path / "data.csv").write_text(
         '\ufeffuser_id,item,amount\n1,3,1.0\n2,x,2.0\n3,,3.0\n,3,1.0\n4,"3",9\n5,4,"multi\nline"\n'
     )
-    out = tmp_path / "r.json"
+    out = tmp_path / "published" / "r.json"
     release = run_select("--input", str(tmp_path / "data.csv"), "--column", "item", "--candidate-range", "0:10",
                          "--privacy-unit", "user_id", "--max-rows-per-unit", "1", "--epsilon", "1",
-                         "--output", str(out))  # fmt: skip
+                         "--output", str(out), "--dead-letter", str(tmp_path / "ops" / "dead.csv"))  # fmt: skip
     assert len(release["selected"]) == 1
-    dead = (tmp_path / "r.dead_letter.csv").read_text().splitlines()
+    dead = (tmp_path / "ops" / "dead.csv").read_text().splitlines()
     assert dead[0] == '"item","user_id","reason"'
     # A line is at most one record: of the value over two lines, the first line is read alone (a record of
     # three fields) and the second (one field) goes to the dead letter.
@@ -95,9 +95,17 @@ def test_the_dead_letter_goes_where_it_is_sent_and_never_beside_the_release(tmp_
                "--dead-letter", str(operator / "select.csv"))  # fmt: skip
     assert [p.name for p in published.iterdir()] == ["r.json"]
     assert (operator / "select.csv").read_text().splitlines() == ['"item","reason"', '"x","item: not an integer"']
-    flags = {"--input": str(tmp_path / "data.csv"), "--column": "item", "--candidate-range": "0:10", "--epsilon": "1",
-             "--output": str(tmp_path / "r.json"), "--dead-letter": str(tmp_path / "r.json")}  # fmt: skip
-    assert_usage_error("pipelines.select", flags, "--dead-letter must not be --output")
+    (published / "sub").mkdir()
+    (tmp_path / "link").symlink_to(published)
+    for inside in ("r.json", "dead.csv", "sub/dead.csv", "../published/dead.csv"):  # the release's folder and below
+        flags = {"--input": str(tmp_path / "data.csv"), "--column": "item", "--candidate-range": "0:10",
+                 "--epsilon": "1", "--output": str(published / "r.json"),
+                 "--dead-letter": str(published / inside)}  # fmt: skip
+        assert_usage_error("pipelines.select", flags, "--dead-letter must lie outside the folder of --output")
+    flags["--dead-letter"] = str(tmp_path / "link" / "dead.csv")  # the same folder by another name
+    assert_usage_error("pipelines.select", flags, "--dead-letter must lie outside the folder of --output")
+    gs = {**flags, "--output": "gs://bucket/public/r.json", "--dead-letter": "gs://bucket/public/x/dead.csv"}
+    assert_usage_error("pipelines.select", gs, "--dead-letter must lie outside the folder of --output")
 
 
 @pytest.mark.parametrize("content", ["user_id,item,amount\n", "user_id,item,amount\n1,bad,1\n"])
@@ -152,7 +160,7 @@ def test_gs_input_and_output(tmp_path, gcs_emulator):
                "--output", "gs://test-bucket/out/release.json")  # fmt: skip
     release = json.loads(bucket.blob("out/release.json").download_as_text())
     assert release["selected"] == true_top(table, 2)
-    assert bucket.blob("out/release.dead_letter.csv").exists()
+    assert [b.name for b in bucket.list_blobs(prefix="out/")] == ["out/release.json"]  # no raw row beside it
 
 
 @pytest.mark.parametrize("candidates", ["range", "labels"])

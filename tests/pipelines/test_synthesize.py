@@ -80,10 +80,11 @@ def test_blr_on_three_columns(tmp_path):
 def test_values_outside_the_domain_go_to_the_dead_letter(tmp_path):
     (tmp_path / "d.csv").write_text("a,b\n0,1\n1,0\n2,1\n1,1\n0,-1\n" + "0,0\n" * 50)
     (tmp_path / "domain.json").write_text(json.dumps({"a": 2, "b": 2}))
-    out = tmp_path / "s.csv"
+    out = tmp_path / "out" / "s.csv"
     args = ["--input", str(tmp_path / "d.csv"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "1",
             "--method", "mwem", "--workload-degree", "2", "--rounds", "2", "--seed", "7",
-            "--output", str(out)]  # fmt: skip
+            "--output", str(out),
+            "--dead-letter", str(tmp_path / "s.dead_letter.csv")]  # fmt: skip
     assert synthesize.main(args) == 0
     dead = (tmp_path / "s.dead_letter.csv").read_text().splitlines()
     assert sorted(dead[1:]) == sorted(
@@ -139,9 +140,10 @@ def test_a_labelled_domain_reads_and_writes_labels(tmp_path):
     rows = ["colour,size"] + ["red,S"] * 300 + ["blue,M"] * 200 + ["green,L"] * 100 + ["purple,S", "red,XL"]
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
     (tmp_path / "domain.json").write_text(json.dumps({"colour": ["red", "green", "blue"], "size": ["S", "M", "L"]}))
-    out = tmp_path / "s.csv"
+    out = tmp_path / "out" / "s.csv"
     args = ["--input", str(tmp_path / "d.csv"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "2",
-            "--workload-degree", "2", "--seed", "9", "--output", str(out)]  # fmt: skip
+            "--workload-degree", "2", "--seed", "9", "--output", str(out),
+            "--dead-letter", str(tmp_path / "s.dead_letter.csv")]  # fmt: skip
     assert synthesize.main(args) == 0
     table = pacsv.read_csv(out)
     assert set(table.column("colour").to_pylist()) <= {"red", "green", "blue"}
@@ -189,9 +191,10 @@ def test_numeric_columns_come_out_as_numbers_inside_their_bins(tmp_path, caplog)
     data = numeric_table()
     pq.write_table(data, tmp_path / "d.parquet")
     (tmp_path / "domain.json").write_text(json.dumps({"age": AGE, "income": INCOME, "c": 2}))
-    out = tmp_path / "s.parquet"
+    out = tmp_path / "out" / "s.parquet"
     args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "4",
-            "--method", "mwem", "--rounds", "4", "--seed", "5", "--output", str(out)]  # fmt: skip
+            "--method", "mwem", "--rounds", "4", "--seed", "5", "--output", str(out),
+            "--dead-letter", str(tmp_path / "s.dead_letter.csv")]  # fmt: skip
     caplog.set_level(logging.DEBUG, logger="pipelines.job")
     assert synthesize.main(args) == 0
 
@@ -232,9 +235,10 @@ def test_a_numeric_csv_column_is_read_as_numbers_and_written_as_floats(tmp_path)
     rows = ["x,y"] + [f"{v},{i % 2}" for i, v in enumerate((1, 2.5, 3, 9.75, -4, 20))] * 40 + ["abc,1", "nan,0"]
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
     (tmp_path / "domain.json").write_text(json.dumps({"x": {"lower": 0, "upper": 10, "bins": 5}, "y": 2}))
-    out = tmp_path / "s.csv"
+    out = tmp_path / "out" / "s.csv"
     args = ["--input", str(tmp_path / "d.csv"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "2",
-            "--method", "mwem", "--rounds", "2", "--seed", "4", "--output", str(out)]  # fmt: skip
+            "--method", "mwem", "--rounds", "2", "--seed", "4", "--output", str(out),
+            "--dead-letter", str(tmp_path / "s.dead_letter.csv")]  # fmt: skip
     assert synthesize.main(args) == 0
     x = pacsv.read_csv(out).column("x")
     assert x.type == pa.float64() and pa.compute.min(x).as_py() >= 0 and pa.compute.max(x).as_py() <= 10
