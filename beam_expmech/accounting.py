@@ -6,16 +6,18 @@ refuses, before the mechanism runs, any release that would take it past its tota
 How releases compose, in a budget of (epsilon, delta):
 - Pure DP (delta = 0): epsilons add up. Every release must be pure; a zCDP release (Gaussian
   noise) or an approximate one (a threshold on keys found in the data) cannot be charged.
-- delta > 0: the releases' deltas add up first (those of approximate releases, which are
-  (epsilon_i, delta_i)-DP); they must stay below delta, and what is left of it, delta', is the
-  slack of the conversion below. Two rules are valid, and the smaller epsilon is what is spent:
+- delta > 0: the approximate releases' deltas (they are (epsilon_i, delta_i)-DP) add up first; they
+  must stay within delta, and what is left of it, delta', is the slack of the conversion below. Two
+  rules are valid, and the smaller epsilon is what is spent:
   1. basic composition: every release has an epsilon (zCDP-only ones do not), and the
      epsilons add up (with the deltas above);
-  2. zCDP: the pure and zCDP releases' rhos add up (Bun and Steinke 2016) and are converted to
-     epsilon at delta' by RDP's conversion (as dp-accounting does it); each approximate release adds its own
-     epsilon on top. (An (epsilon_i, delta_i)-DP mechanism is delta_i-approximately
-     (epsilon_i, 0)-zCDP, and approximate zCDP composes adaptively by adding each part: Bun and
-     Steinke 2016, section 8.)
+  2. approximate zCDP: each approximate release is delta_i-approximately (epsilon_i, 0)-zCDP, every
+     other release rho_j-zCDP; composed in any order, adaptively (each cost fixed before the first
+     runs), they are sum(delta_i)-approximately (xi, rho)-zCDP, xi the approximate releases'
+     epsilons and rho the others' rhos, added up (Bun and Steinke 2016, section 8). Their "good" pair
+     of distributions has Renyi divergence at most xi + rho * alpha at every order alpha, and that
+     curve is converted to epsilon at delta' (zcdp_to_epsilon with xi). The theorem, its sources,
+     its steps and its hypothesis: docs/DESIGN.md, section 6.
 
 What each mechanism costs in zCDP: the exponential mechanism is epsilon-bounded-range, hence
 epsilon**2/8-zCDP (Cesar and Rogers 2021); any other pure epsilon-DP mechanism, permute-and-flip
@@ -154,26 +156,31 @@ class PrivacyBudget:
         rhos = [r.rho for r in releases if r.rho is not None]
         if self.delta == 0 or (rhos and slack == 0):
             return basic
-        approximate = math.fsum(r.epsilon for r in releases if r.rho is None)
-        return min(basic, approximate + (zcdp_to_epsilon(math.fsum(rhos), delta=slack) if rhos else 0.0))
+        approximate = math.fsum(r.epsilon for r in releases if r.rho is None)  # xi: inside the conversion
+        return min(basic, zcdp_to_epsilon(math.fsum(rhos), delta=slack, xi=approximate) if rhos else approximate)
 
 
 @functools.lru_cache(maxsize=256, typed=True)  # a pure function, asked for again and again by a bisection
-def zcdp_to_epsilon(rho: float, *, delta: float) -> float:
-    """The epsilon of (epsilon, delta)-DP implied by rho-zCDP: RDP's conversion, as dp-accounting does it.
+def zcdp_to_epsilon(rho: float, *, delta: float, xi: float = 0.0) -> float:
+    """The epsilon of (epsilon, delta)-DP implied by (xi, rho)-zCDP: RDP's conversion, as dp-accounting does it.
 
-    rho-zCDP is (alpha, rho * alpha)-RDP at every order alpha > 1 (Bun and Steinke 2016), and (alpha, r)-RDP
-    implies (epsilon, delta)-DP with epsilon = r + log(1 - 1/alpha) - log(delta * alpha) / (alpha - 1)
-    (Canonne, Kamath and Steinke 2020, Proposition 12); and (0, delta)-DP where delta >= sqrt(1 - exp(-r)),
-    since r bounds the KL divergence, which bounds the total variation (Bretagnolle and Huber). The least
-    over _RDP_ORDERS: number for number what dp-accounting's RdpAccountant returns for a ZCDpEvent with
-    these orders (a test checks), without its import of scipy: 1.8 s of every zCDP job's start-up.
+    (xi, rho)-zCDP bounds the Renyi divergence at every order alpha > 1 by r = xi + rho * alpha (Bun and
+    Steinke 2016; xi = 0 for rho-zCDP), and (alpha, r)-RDP implies (epsilon, delta)-DP with
+    epsilon = r + log(1 - 1/alpha) - log(delta * alpha) / (alpha - 1) (Canonne, Kamath and Steinke 2020,
+    Proposition 12); and (0, delta)-DP where delta >= sqrt(1 - exp(-r)), since r bounds the KL divergence,
+    which bounds the total variation (Bretagnolle and Huber). Both hold for any two distributions with those
+    divergences, the conditioned pair of an approximate ledger included (DESIGN.md, section 6): xi is in r,
+    so in the KL bound too. The least over _RDP_ORDERS: number for number what dp-accounting's
+    compute_epsilon returns for the curve xi + rho * alpha on these orders (its RdpAccountant for a
+    ZCDpEvent where xi = 0; tests check both), without its import of scipy: 1.8 s of every zCDP job's
+    start-up.
     """
     rho = parameters.positive_finite(rho, "rho")
     delta = parameters.probability(delta, "delta")
+    xi = parameters.non_negative_finite(xi, "xi")
     least = math.inf
     for alpha in _RDP_ORDERS:
-        r = rho * alpha
+        r = xi + rho * alpha
         if delta**2 + math.expm1(-r) > 0:
             return 0.0
         least = min(least, r + math.log1p(-1 / alpha) - math.log(delta * alpha) / (alpha - 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -114,6 +115,88 @@ def test_the_zcdp_conversion_is_dp_accountings_number_for_number():
     assert zcdp_to_epsilon(0.5, delta=1e-6) < zcdp_to_epsilon(0.5, delta=1e-9) < zcdp_to_epsilon(0.6, delta=1e-9)
     huge = epsilon_to_zcdp(1e200, delta=1e-5)  # review 10: epsilon**2 overflowed (OverflowError)
     assert 0 < huge < math.inf and zcdp_to_epsilon(huge, delta=1e-5) <= 1e200
+
+
+def _theorem(xi: float, rho: float, delta_left: float) -> float:
+    """The epsilon DESIGN.md section 6's theorem charges for a ledger of approximate releases whose epsilons add to
+    xi and other releases whose rhos add to rho, at the delta left: its good pair's Renyi curve xi + rho * alpha
+    converted by dp-accounting (a test dependency, the reference), on the library's orders."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from beam_expmech.accounting import _RDP_ORDERS
+
+    orders = list(_RDP_ORDERS)
+    return float(compute_epsilon(orders, [xi + rho * alpha for alpha in orders], delta_left)[0])
+
+
+def test_the_conversion_with_xi_is_dp_accountings_number_for_number():
+    # xi, the approximate releases' epsilons, is part of the Renyi bound at every order, the KL bound included
+    zeros = 0
+    for xi in [0.0, 1e-9, 0.3, 2.0]:
+        for rho in [1e-16, 1e-9, 1e-4, 0.04, 1.0, 120.0]:
+            for delta in [1e-12, 1e-6, 0.1, 0.9]:
+                assert zcdp_to_epsilon(rho, delta=delta, xi=xi) == _theorem(xi, rho, delta), (xi, rho, delta)
+                zeros += zcdp_to_epsilon(rho, delta=delta, xi=xi) == 0
+    assert 0 < zeros < 40
+    assert zcdp_to_epsilon(0.05, delta=1e-6, xi=0.0) == zcdp_to_epsilon(0.05, delta=1e-6)
+    for xi in (-1e-9, math.inf, math.nan):
+        with pytest.raises(ValueError, match="xi"):
+            zcdp_to_epsilon(0.05, delta=1e-6, xi=xi)
+
+
+def test_a_small_mixed_ledger_spends_the_theorems_epsilon_in_any_order():
+    """Section 6's theorem on keys (0.5, 1e-7), an exponential mechanism (0.3: rho 0.01125) and a Gaussian (rho
+    0.02), in a budget of delta 1e-6: the keys' epsilon inside the Renyi curve, the rhos added, converted at
+    the 9e-7 of delta the keys leave; basic composition has no number (the Gaussian has no epsilon)."""
+    from dp_accounting import ZCDpEvent
+    from dp_accounting.rdp import RdpAccountant
+
+    from beam_expmech.accounting import _RDP_ORDERS
+
+    keys, em, gauss = (
+        Release.approximate(0.5, 1e-7, "keys"),
+        Release.exponential_mechanism(0.3, "top-k"),
+        Release.zcdp(0.02, "aim"),
+    )
+    rho, delta_left = 0.3**2 / 8 + 0.02, 1e-6 - 1e-7
+    expected = _theorem(0.5, rho, delta_left)
+    zcdp_part = RdpAccountant(orders=list(_RDP_ORDERS))
+    zcdp_part.compose(ZCDpEvent(rho=rho))
+    assert expected == pytest.approx(0.5 + zcdp_part.get_epsilon(delta_left), rel=1e-15)  # far from the KL bound
+    assert expected == pytest.approx(1.6486548, abs=1e-7)
+    for order in itertools.permutations([keys, em, gauss]):
+        budget = PrivacyBudget(epsilon=2.0, delta=1e-6)
+        for release in order:
+            budget.charge(release)
+        assert budget.spent() == expected, [r.label for r in order]
+        assert budget.remaining_delta() == pytest.approx(9e-7, rel=1e-12)
+
+
+@pytest.mark.parametrize("picks,route", [(4, "basic"), (5, "mixed")])
+def test_the_smaller_of_the_two_routes_is_spent(picks, route):
+    # keys (0.5, 1e-7) and 4 or 5 exponential mechanisms of 0.1: basic 0.9 or 1.0, mixed 0.93 or 0.99
+    releases = [Release.approximate(0.5, 1e-7, "keys")] + [Release.exponential_mechanism(0.1, "pick")] * picks
+    basic = math.fsum([0.5] + [0.1] * picks)
+    mixed = _theorem(0.5, math.fsum([0.1**2 / 8] * picks), 1e-6 - 1e-7)
+    assert (basic < mixed) == (route == "basic")
+    for keys_at in range(picks + 1):
+        budget = PrivacyBudget(epsilon=1.5, delta=1e-6)
+        for release in releases[1 : keys_at + 1] + releases[:1] + releases[keys_at + 1 :]:
+            budget.charge(release)
+        assert budget.spent() == min(basic, mixed), keys_at
+
+
+def test_the_kl_bound_counts_the_approximate_epsilons():
+    """The good pair's KL divergence is at most xi + rho * alpha: the shortcut to epsilon 0 (Bretagnolle and
+    Huber) takes xi in, not rho * alpha alone with xi added after (which charged 0.5 in both budgets here)."""
+    tiny = PrivacyBudget(epsilon=1.0, delta=2e-8)
+    tiny.charge(Release.approximate(0.5, 1e-8, "keys"))
+    tiny.charge(Release.zcdp(5e-17, "count"))  # 1e-8 left: above sqrt(1 - exp(-5e-17 alpha)), not with xi in
+    assert tiny.spent() == _theorem(0.5, 5e-17, 1e-8) == pytest.approx(0.5 + 1.3076e-7, abs=1e-11)
+    loose = PrivacyBudget(epsilon=1.0, delta=0.9)  # 0.89 left: above sqrt(1 - exp(-0.5 - 0.01 alpha)) at 1.01
+    loose.charge(Release.approximate(0.5, 0.01, "keys"))
+    loose.charge(Release.zcdp(0.01, "count"))
+    assert loose.spent() == _theorem(0.5, 0.01, 0.9 - 0.01) == 0.0
 
 
 @pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-9), (0.3, 1e-9), (8.0, 1e-6)])
