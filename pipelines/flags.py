@@ -9,6 +9,7 @@ from typing import NoReturn
 
 from beam_expmech.io import readers
 from beam_expmech.io.validation import ColumnSpec
+from pipelines import runners
 from pipelines.console import LOG_LEVELS, USAGE_ERROR
 
 
@@ -26,14 +27,26 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (``error: ...``, exit 2), not the whole usage text.
 
     Every ``--some-flag`` is also accepted as ``--some_flag`` (not shown in --help): Dataflow
-    Flex Template parameter names use underscores. Every command takes ``--log-level``.
+    Flex Template parameter names use underscores. Every command takes ``--log-level``. Flags are
+    taken by their whole names (no abbreviation), and ``parse_known_args`` refuses what is neither
+    a flag of the command nor one of Beam's pipeline options, before anything is read or spent.
     """
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        epilog = "Flags are taken by their whole names. Beam's pipeline options (--runner, ...) pass through to Beam."
+        super().__init__(*args, allow_abbrev=False, epilog=kwargs.pop("epilog", epilog), **kwargs)
         self.add_argument(
             "--log-level", choices=LOG_LEVELS, default="INFO", help="what to log on stderr (default INFO)"
         )
+
+    def parse_known_args(self, args=None, namespace=None):
+        """(the command's flags, Beam's options); anything else is a usage error (one line, exit 2)."""
+        known, rest = super().parse_known_args(args, namespace)
+        unknown = runners.unknown_options(rest)
+        if unknown:
+            self.error(f"unrecognized argument {unknown[0]!r}: neither a flag of this command nor a Beam pipeline "
+                       "option; nothing was read or spent")  # fmt: skip
+        return known, rest
 
     def _add_action(self, action: argparse.Action) -> argparse.Action:
         action = super()._add_action(action)

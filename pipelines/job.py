@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -13,8 +13,8 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_expmech.accounting import Release
 from beam_expmech.io import readers, writers
-from beam_expmech.io.errors import describe_error
-from beam_expmech.io.validation import ColumnSpec
+from beam_expmech.io.errors import InputError, describe_error
+from beam_expmech.io.validation import ColumnSpec, schema_conflict
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -37,8 +37,12 @@ class JobFailedError(RuntimeError):
     and the budget it reserved stays spent, since the data may have been read."""
 
 
-def check_input(args: argparse.Namespace, specs: Sequence[ColumnSpec]) -> list[str]:
-    """The input files, after checking that each has every needed column (before any budget)."""
+def check_input(
+    args: argparse.Namespace, specs: Sequence[ColumnSpec], labels: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """The input files, after checking (before any budget) that each has every needed column, and, in typed
+    files (Parquet, Avro), of a type the release can read: numbers where it reads numbers, and values that
+    can equal the public ``labels`` a column is matched against (validation.schema_conflict)."""
     names = [s.name for s in specs]
     if names.count(args.privacy_unit) > 1:  # a column is read once, as the unit or as a value
         raise ValueError(f"--privacy-unit {args.privacy_unit!r} is also a column the release reads")
@@ -46,7 +50,13 @@ def check_input(args: argparse.Namespace, specs: Sequence[ColumnSpec]) -> list[s
     if reserved:
         raise ValueError(f"column {reserved[0]!r}: names beginning with '__' are the library's own; rename it")
     files = readers.match_files(args.input)
-    readers.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
+    families = readers.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
+    if all(readers.file_format(f, args.format) == "csv" for f in files):
+        return files  # text by nature: each value is parsed, and one that does not read goes to the dead letter
+    for spec in specs:
+        conflict = schema_conflict(spec, families.get(spec.name), (labels or {}).get(spec.name, ()))
+        if conflict:
+            raise InputError(f"{args.input}: column {spec.name!r} {conflict}: no row could count")
     return files
 
 

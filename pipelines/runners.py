@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
 from apache_beam.runners.runner import create_runner
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -44,6 +44,18 @@ class DaskJobOptions(PipelineOptions):
             help="Seconds a job on Dask waits while its cluster has no worker at all before it fails (every "
             "worker lost and none restarted: Dask itself would wait for ever). Default: %(default)s.",
         )
+
+
+def unknown_options(beam_args: Sequence[str]) -> list[str]:
+    """The arguments among ``beam_args`` (what a command did not know) that are none of Beam's pipeline options
+    either, as Beam reads them (its option classes' parser, whole names only): Beam would drop them with a
+    warning, and a mistyped --epsilon would then spend the budget the default asks for."""
+    if any(arg.startswith("--dask") for arg in beam_args) and importlib.util.find_spec("distributed") is not None:
+        import apache_beam.runners.dask.dask_runner  # noqa: F401  (its DaskOptions: --dask_client_address, ...)
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for options in {str(c): c for c in PipelineOptions.__subclasses__()}.values():  # as Beam gathers them
+        options._add_argparse_args(parser)
+    return parser.parse_known_args(list(beam_args))[1]
 
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:

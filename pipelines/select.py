@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     select = selection(args, family)
     sensitivity = select.sensitivity
     specs = [spec, *flags.unit_specs(args)]
-    files = job.check_input(args, specs)
+    labels = None if family.values is None else {args.column: family.values.to_pylist()}
+    files = job.check_input(args, specs, labels)  # candidates the column's type can never equal: refused
 
     cost = select.cost
     loss = accuracy_bound(

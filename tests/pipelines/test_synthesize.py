@@ -227,7 +227,7 @@ def test_numeric_columns_come_out_as_numbers_inside_their_bins(tmp_path, caplog)
     assert synthetic_income.min() >= 0 and synthetic_income.max() <= 100
     assert np.mean(synthetic_income[synthetic_age > 60]) > np.mean(synthetic_income[synthetic_age < 30]) + 10
 
-    manifest = json.loads((tmp_path / "s.manifest.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "s.manifest.json").read_text())
     assert manifest["numeric"] == {"age": AGE | {"type": "integer"}, "income": INCOME | {"type": "float"}}
 
 
@@ -247,7 +247,7 @@ def test_a_numeric_csv_column_is_read_as_numbers_and_written_as_floats(tmp_path)
         '"abc","1","x: not a number"',
         '"nan","0","x: not a number"',
     ]  # NaN as CSV text is no number
-    assert json.loads((tmp_path / "s.manifest.json").read_text())["numeric"]["x"]["type"] == "float"
+    assert json.loads((tmp_path / "out" / "s.manifest.json").read_text())["numeric"]["x"]["type"] == "float"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,94 @@
+"""Every command's flags: a mistyped one is refused before anything is read or spent, Beam's own pass through."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from beam_data import purchases, write
+from commands import assert_usage_error
+from public_tables import DATA
+
+from beam_expmech.ledger import Ledger
+from pipelines import learn, quantiles, select, synthesize
+
+NLTCS = DATA / "nltcs"
+
+
+def commands(tmp_path) -> dict[str, dict]:
+    """Each pipeline's flags for a run that would spend from a ledger (Flags in dicts: flag -> value)."""
+    write(purchases(200), tmp_path / "data.parquet", "parquet")
+    data, ledger = str(tmp_path / "data.parquet"), str(tmp_path / "ledger.json")
+    charged = {"--epsilon": "1", "--budget-ledger": ledger, "--dataset-id": "d"}
+    return {
+        "pipelines.select": {"--input": data, "--column": "item", "--candidate-range": "0:50", "--top-k": "3",
+                             "--output": str(tmp_path / "out" / "r.json"), **charged},
+        "pipelines.quantiles": {"--input": data, "--column": "amount", "--lower": "0", "--upper": "100",
+                                "--quantiles": "0.5", "--output": str(tmp_path / "out" / "q.json"), **charged},
+        "pipelines.learn": {"--input": str(NLTCS / "nltcs.csv"), "--features": "bathing,cooking", "--label": "eating",
+                            "--output": str(tmp_path / "out" / "h.json"), **charged},
+        "pipelines.synthesize": {"--input": str(NLTCS / "nltcs.csv"), "--domain": str(NLTCS / "domain.json"),
+                                 "--columns": "bathing,cooking", "--output": str(tmp_path / "out" / "s.csv"),
+                                 **charged},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("mistake", [{"--epsilom": "0.1"}, {"--top": "3"}, {"--max-rows": "5"}, {"--seed_": "1"}])
+def test_a_flag_that_is_neither_ours_nor_beams_spends_nothing(tmp_path, mistake):
+    """Issue 34: `--epsilon 1 --epsilom 0.1 --topk 3` released a top-1 and charged epsilon 1 (Beam only warned
+    "Discarding unparseable args"). A whole name only: argparse's abbreviations (--top for --top-k) are off."""
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    for module, flags in commands(tmp_path).items():
+        assert_usage_error(module, {**flags, **mistake}, f"unrecognized argument '{next(iter(mistake))}'")
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_stray_value_spends_nothing(tmp_path):
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    flags = commands(tmp_path)["pipelines.select"]
+    assert_usage_error("pipelines.select", {**flags, "--top-k": "3", "4": "5"}, "unrecognized argument '4'")
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+
+
+def test_beams_options_and_our_underscored_names_pass(tmp_path):
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    flags = commands(tmp_path)["pipelines.select"]
+    beam_options = ["--runner", "DirectRunner", "--direct_num_workers=1", "--labels=team=dp", "--top_k", "2"]
+    assert select.main([x for kv in flags.items() for x in kv] + beam_options) == 0
+    assert len(json.loads((tmp_path / "out" / "r.json").read_text())["selected"]) == 2
+    for module in (select, quantiles, learn, synthesize):
+        assert "whole names" in module.build_parser().format_help()  # said in --help
+
+
+def test_what_the_schema_dooms_is_refused_before_the_charge(tmp_path):
+    """Issue 34: quantiles of a column Parquet types as text released "q0.5 = 0.87" and charged; likewise learn
+    over text columns, and select with candidates the column's type can never equal."""
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    table = pa.table({"cut": ["Ideal", "Premium"] * 50, "bit": ["0", "1"] * 50, "n": list(range(100)),
+                      "user": list(range(100))})  # fmt: skip
+    pq.write_table(table, tmp_path / "t.parquet")
+    (tmp_path / "labels.txt").write_text("3\n04\n")  # "04" is no integer's text: no row of n is ever "04"
+    (tmp_path / "good.txt").write_text("3\n-4\n")
+    ledger = str(tmp_path / "ledger.json")
+    charged = {"--input": str(tmp_path / "t.parquet"), "--epsilon": "1", "--budget-ledger": ledger,
+               "--dataset-id": "d", "--output": str(tmp_path / "out" / "r.json")}  # fmt: skip
+    doomed = [
+        ("pipelines.quantiles", {"--column": "cut", "--lower": "0", "--upper": "1", "--quantiles": "0.5"},
+         "column 'cut' holds text, but is read as numbers"),
+        ("pipelines.learn", {"--features": "bit", "--label": "n"}, "column 'bit' holds text, but is read as integers"),
+        ("pipelines.select", {"--column": "cut", "--candidate-range": "0:5"}, "column 'cut' holds text"),
+        ("pipelines.select", {"--column": "n", "--candidates": str(tmp_path / "labels.txt")},
+         "never read as the candidate '04'"),
+    ]  # fmt: skip
+    for module, flags, message in doomed:
+        assert_usage_error(module, {**charged, **flags}, message)
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+    assert select.main([*(x for kv in charged.items() for x in kv), "--column", "n", "--candidates",
+                        str(tmp_path / "good.txt")]) == 0  # fmt: skip
+    pacsv.write_csv(table, tmp_path / "t.csv")  # CSV: text by nature; each value parsed, none here a number
+    assert quantiles.main([*(x for kv in {**charged, "--input": str(tmp_path / "t.csv")}.items() for x in kv),
+                           "--column", "cut", "--lower", "0", "--upper", "1", "--quantiles", "0.5"]) == 0  # fmt: skip
