@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+from apache_beam.typehints import typehints
 
 from beam_expmech import parameters
 from beam_expmech.io import readers
@@ -43,11 +44,14 @@ class RowsToBatches(beam.PTransform):
     Returns, as ``ValidateBatches`` does, a tuple of PCollections tagged ``good`` (RecordBatch, each column
     in its kind's canonical type) and ``dead`` (pyarrow.Table: the declared columns as text, a field the
     row lacks as null, and ``reason``), so ``WriteDeadLetter`` writes either path's dead letter. A row is
-    dead if validation rejects it as it would a file's, or if it is no dict, beam.Row or NamedTuple, lacks
-    a declared field, holds a value that is not None, a bool, an int of 64 bits, a float, a str of UTF-8
-    text or bytes, or an identity not of its declared type. Reasons name the column and the problem, never
-    a value; the dead letter itself holds raw data (an operator's file, never a release). Bad rows are
-    counted in the non-private counter ``dead_letter_rows``; fields not declared are not read.
+    dead if validation rejects it as it would a file's, or if it is None, lacks a declared field, holds a
+    value that is not None, a bool, an int of 64 bits, a float, a str of UTF-8 text or bytes, or an identity
+    not of its declared type. Reasons name the column and the problem, never a value; the dead letter
+    itself holds raw data (an operator's file, never a release). Bad rows are counted in the non-private
+    counter ``dead_letter_rows``; fields not declared are not read. Elements of a kind it cannot read by
+    name (tuples, (key, value) pairs, plain values) are refused when the graph is built, where the
+    PCollection's element type says so, and otherwise stop the job at the first one (a TypeError): the
+    pipeline's shape, not a person's data, so nothing is released from rows it cannot read.
     """
 
     def __init__(
@@ -77,6 +81,9 @@ class RowsToBatches(beam.PTransform):
             raise ValueError(f"identity_types names {others[0]!r}, which is no column of kind 'any' in the schema")
 
     def expand(self, rows):
+        if not _readable(rows.element_type):  # tuples, (key, value) pairs, plain values: nothing to read by name
+            raise ValueError(f"RowsToBatches reads dicts, beam.Row or NamedTuples, and this PCollection holds "
+                             f"{rows.element_type}: map each element to a dict of its fields first")  # fmt: skip
         size = self.batch_size
         return (
             rows
@@ -100,7 +107,11 @@ def rows_as_batches(
         reason[mask & (reason < 0)] = len(texts)
         texts.append(problem)
 
-    flag("not a row (a dict, beam.Row or NamedTuple)", np.array([r is None for r in records], dtype=bool))
+    unreadable = [row for row, record in zip(rows, records, strict=True) if record is None and row is not None]
+    if unreadable:  # the pipeline's shape, not a person's data: no release from rows it cannot read
+        raise TypeError(f"RowsToBatches reads dicts, beam.Row or NamedTuples, not {type(unreadable[0]).__name__}: "
+                        "map each element to a dict of its fields first; nothing was released")  # fmt: skip
+    flag("not a row (None)", np.array([r is None for r in records], dtype=bool))
     columns = {}
     for spec in specs:
         values = [_MISSING if r is None else r.get(spec.name, _MISSING) for r in records]
@@ -116,6 +127,20 @@ def rows_as_batches(
         columns = {name: [v for v, b in zip(values, bad, strict=True) if not b] for name, values in columns.items()}
     if not bad.all():
         yield from _batches_by_type(columns)
+
+
+def _readable(hint) -> bool:
+    """Whether a PCollection's element type (Beam's hint) may hold rows RowsToBatches reads; a hint that does not
+    say (Any, an unknown constraint) may, and each element is then checked as it comes."""
+    if isinstance(hint, typehints.UnionConstraint):
+        return all(_readable(member) for member in hint.union_types if member is not type(None))
+    if isinstance(hint, (typehints.TupleConstraint, typehints.TupleSequenceConstraint, typehints.ListConstraint,
+                         typehints.IterableTypeConstraint, typehints.SetTypeConstraint)):  # fmt: skip
+        return False
+    if isinstance(hint, type):
+        return issubclass(hint, Mapping) or hasattr(hint, "_fields") or hint is object or not issubclass(
+            hint, (tuple, list, str, bytes, int, float, bool))  # fmt: skip
+    return True
 
 
 def _fields(row) -> Mapping | None:

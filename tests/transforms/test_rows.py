@@ -20,6 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.typehints import typehints
 
 from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows, validate
 from beam_expmech.predicates import CategoryCounts
@@ -129,7 +130,7 @@ def test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value(tmp_pat
     rows = [dict(good)] * 5 + [
         {k: v for k, v in {**good, **change}.items() if v is not ABSENT} for change in bad.values()
     ]
-    rows.append(SECRET)  # not a row at all
+    rows.append(None)  # no row at all
     dead_letter = tmp_path / "dead.csv"
     caplog.set_level(logging.DEBUG)
     pipeline = beam.Pipeline()
@@ -146,7 +147,7 @@ def test_bad_rows_go_to_the_dead_letter_with_reasons_that_quote_no_value(tmp_pat
     assert json.loads((tmp_path / "release.json").read_text()) == [3]  # good rows still released
     dead = pacsv.read_csv(dead_letter, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
     assert dead.column_names == [s.name for s in specs] + [REASON]
-    assert sorted(dead.column(REASON).to_pylist()) == sorted([*bad, "not a row (a dict, beam.Row or NamedTuple)"])
+    assert sorted(dead.column(REASON).to_pylist()) == sorted([*bad, "not a row (None)"])
     assert SECRET in dead_letter.read_text()  # the dead letter holds raw data: an operator's file
     assert not any(SECRET in reason for reason in dead.column(REASON).to_pylist())
     # Beam's own DEBUG records dump elements (a dead-letter table, in any pipeline): at INFO and above, and in
@@ -227,3 +228,32 @@ def test_bad_arguments_are_one_line_value_errors(arguments, message):
 def test_an_unknown_kind_is_a_value_error():
     with pytest.raises(ValueError, match="kind must be string, int, float, label or any"):
         RowsToBatches(schema=[ColumnSpec("item", "integer")])
+
+
+@pytest.mark.parametrize("elements", [[(1, {"item": 3})], [(1, 3)], [3], ["item"], [[3, 1]], [{"item": 3}, (1, 3)]])
+def test_elements_it_cannot_read_are_refused_when_the_graph_is_built(elements):
+    """Issue 34: plain tuples or (key, dict) pairs went to the dead letter, every one, and a release came out."""
+    pipeline = beam.Pipeline()
+    created = pipeline | beam.Create(elements)
+    with pytest.raises(ValueError, match=r"reads dicts, beam\.Row or NamedTuples"):
+        _ = created | RowsToBatches(schema=[ColumnSpec("item", "int")])
+
+
+def test_elements_it_cannot_read_stop_the_job_when_their_type_is_unknown_until_run(tmp_path):
+    """Where the element type is not known when the graph is built (Any), the first tuple stops the job, and nothing
+    is released."""
+    pipeline = beam.Pipeline()
+    _ = (
+        (
+            pipeline
+            | beam.Create([{"item": 3, "user": 1}] * 3)
+            | beam.Map(lambda row: (row["user"], row)).with_output_types(typehints.Any)  # (key, value) pairs
+            | RowsToBatches(schema=[ColumnSpec("item", "int")])
+        ).good
+        | PredicateCounts(CategoryCounts("item", range(10)))
+        | PrivateSelect(epsilon=1.0, sensitivity=1, num_candidates=10, seed=1)
+        | beam.Map(lambda s: (tmp_path / "release.json").write_text(json.dumps(s)))
+    )
+    with pytest.raises(Exception, match="not tuple"):
+        pipeline.run().wait_until_finish()
+    assert not (tmp_path / "release.json").exists()
