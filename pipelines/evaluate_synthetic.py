@@ -22,7 +22,7 @@ import numpy as np
 
 from beam_expmech.grids import NumericGrid
 from beam_expmech.io import readers, writers
-from beam_expmech.io.validation import REASON, MalformedRows, validate
+from beam_expmech.io.validation import MalformedRows, reason_column, validate
 from beam_expmech.predicates import MarginalWorkload
 from pipelines import console, domain_files, evaluation_report, flags, synthesize
 
@@ -44,7 +44,8 @@ def workload_counts(path: str, workload: MarginalWorkload, domain: domain_files.
                 malformed = isinstance(batch, MalformedRows)
                 good, bad = (None, batch.rows) if malformed else validate(batch, specs)
                 if bad is not None:
-                    raise ValueError(f"{file}: {bad.column(REASON)[0].as_py()} (and {bad.num_rows - 1} more rows)")
+                    reason = bad.column(reason_column(workload.columns))[0].as_py()
+                    raise ValueError(f"{file}: {reason} (and {bad.num_rows - 1} more rows)")
                 total += workload.count(good)
     return total
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from beam_expmech.io.errors import InputError
-from beam_expmech.io.validation import REASON, MalformedRows
+from beam_expmech.io.validation import MalformedRows, reason_column
 
 _CSV_CHUNK = 8 << 20  # bytes of whole lines parsed at a time
 _HEADER_LIMIT = 1 << 20  # a "header" longer than this is no header
@@ -79,7 +79,7 @@ def csv_batches(handle, path: str, columns: Sequence[str], batch_rows: int) -> I
             reasons = [f"malformed CSV row: {problem} (row {numbers[i]} of {path})" for i, problem in invalid]
             empty = pa.nulls(len(reasons), pa.string())
             yield MalformedRows(pa.table([empty] * len(columns) + [pa.array(reasons, pa.string())],
-                                         names=[*columns, REASON]))  # fmt: skip
+                                         names=[*columns, reason_column(columns)]))  # fmt: skip
         line += lines
 
 

@@ -21,7 +21,7 @@ from beam_expmech.grids import NumericGrid
 # costs the bounding step (its hash takes tens of times a unit's length), so one huge field cannot crash
 # a job after its charge.
 MAX_IDENTITY_BYTES = 1024
-REASON = "reason"
+REASON = "reason"  # the dead letter's column of reasons: reason_column() where a declared column takes the name
 _INTEGER = r"^\s*[+-]?[0-9]+\s*$"
 _NUMBER = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
 
@@ -63,6 +63,15 @@ class MalformedRows:
     text and a reason naming the column."""
 
     rows: pa.Table
+
+
+def reason_column(columns: Sequence[str]) -> str:
+    """The name of a dead letter's column of reasons beside ``columns`` (the declared ones): "reason", or with
+    as many "_" after it as it takes to be none of them, so that a rejected row keeps every one of its values."""
+    name = REASON
+    while name in columns:
+        name += "_"
+    return name
 
 
 def type_family(kind: pa.DataType) -> str | None:
@@ -157,7 +166,7 @@ def check_batch(batch: pa.RecordBatch, specs: Sequence[ColumnSpec]) -> Checked:
     good = pa.RecordBatch.from_arrays([c.filter(good_rows) for c in clean], names=names)
     bad_rows = pa.array(bad)
     rejected = {s.name: _as_text(batch.column(s.name).filter(bad_rows)) for s in specs}
-    rejected[REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
+    rejected[reason_column(names)] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
     return Checked(good, pa.table(rejected), clamped)
 
 

@@ -38,6 +38,7 @@ from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.validation import canonical_identity
 from beam_expmech.mechanisms.randomness import stream_source
+from beam_expmech.predicates import CANDIDATE
 from beam_expmech.transforms.read import validated_columns
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -593,9 +594,9 @@ def require_validated(batches, columns: Sequence[str], step: str) -> dict[str, s
             f"{step}: column {missing[0]!r} was not validated on its way here: put ValidateBatches(specs) after "
             "ReadRecordBatches (or read rows with RowsToBatches), declaring it, before bounding and counting"
         )
-    reserved = [c for c in validated if c in (PRIORITY, HASH)]
+    reserved = [c for c in validated if c in (PRIORITY, HASH, CANDIDATE)]
     if reserved:
-        raise ValueError(f"{step}: column {reserved[0]!r} has the name of a column bounding adds; rename it")
+        raise ValueError(f"{step}: column {reserved[0]!r} has the name of a column the library adds; rename it")
     return validated
 
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 
 from beam_expmech.io import readers, writers
-from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows, check_batch
+from beam_expmech.io.validation import ColumnSpec, MalformedRows, check_batch, reason_column
 
 # Operator-facing metrics: NOT private, never written to a release (docs/DESIGN.md section 4).
 METRICS_NAMESPACE = "beam_expmech.non_private"
@@ -166,7 +166,7 @@ class WriteDeadLetter(beam.PTransform):
     def __init__(self, path: str, columns: Sequence[str]):
         super().__init__()
         self.path = path
-        self.schema = pa.schema([(c, pa.string()) for c in columns] + [(REASON, pa.string())])
+        self.schema = pa.schema([(c, pa.string()) for c in columns] + [(reason_column(columns), pa.string())])
 
     def expand(self, dead):
         path = self.path

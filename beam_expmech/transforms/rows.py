@@ -19,7 +19,7 @@ from apache_beam.typehints import typehints
 
 from beam_expmech import parameters
 from beam_expmech.io import readers
-from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows
+from beam_expmech.io.validation import ColumnSpec, MalformedRows, reason_column
 from beam_expmech.transforms.read import ValidateBatches
 
 # The Python types a value may have, and the Arrow type a column of one of them is built as. Anything
@@ -122,7 +122,7 @@ def rows_as_batches(
     if bad.any():
         dead = {name: pa.array([_dead_text(v) for v, b in zip(values, bad, strict=True) if b], pa.string())
                 for name, values in columns.items()}  # fmt: skip
-        dead[REASON] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
+        dead[reason_column(list(columns))] = pa.array(texts, pa.string()).take(pa.array(reason[bad]))
         yield MalformedRows(pa.table(dead))
         columns = {name: [v for v, b in zip(values, bad, strict=True) if not b] for name, values in columns.items()}
     if not bad.all():

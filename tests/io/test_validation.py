@@ -163,3 +163,11 @@ def test_a_grid_goes_with_the_kind_of_its_numbers():
         ColumnSpec("x", "float", grid=NumericGrid(0, 10, 5, integer=True))
     with pytest.raises(ValueError, match="a float grid with kind 'float'"):
         ColumnSpec("x", "int", grid=NumericGrid(0, 10, 5))
+
+
+def test_a_column_named_reason_keeps_its_values_in_the_dead_letter():
+    """The dead letter's reasons go in a column of their own whatever the declared names (issue 34, 5b)."""
+    specs = [ColumnSpec("reason", "string"), ColumnSpec("x", "float")]
+    _, bad = validate(pa.record_batch({"reason": ["late", "ill"], "x": [1.0, float("nan")]}), specs)
+    assert bad.column_names == ["reason", "x", "reason_"]
+    assert bad.to_pylist() == [{"reason": "ill", "x": "nan", "reason_": "x: NaN or infinite"}]

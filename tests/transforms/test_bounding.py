@@ -175,7 +175,7 @@ def test_a_graph_that_skips_validation_is_refused_when_built():
         _ = mixed | "Mixed" >> BoundContributions("unit", 3)
     _ = validated | "Shaped" >> beam.Map(lambda batch: batch) | "Bound" >> BoundContributions("unit", 3)  # trusted
     reserved = (batches | "Reserved" >> ValidateBatches([ColumnSpec("unit", "any"), ColumnSpec(PRIORITY, "int")])).good
-    with pytest.raises(ValueError, match="name of a column bounding adds"):
+    with pytest.raises(ValueError, match="name of a column the library adds"):
         _ = reserved | "BoundReserved" >> BoundContributions("unit", 3)
 
 
