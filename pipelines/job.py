@@ -13,8 +13,8 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_expmech.accounting import Release
 from beam_expmech.io import readers, writers
-from beam_expmech.io.errors import InputError, describe_error
-from beam_expmech.io.validation import ColumnSpec, schema_conflict
+from beam_expmech.io.errors import describe_error
+from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
     BoundContributions,
@@ -50,13 +50,8 @@ def check_input(
     if reserved:
         raise ValueError(f"column {reserved[0]!r}: names beginning with '__' are the library's own; rename it")
     files = readers.match_files(args.input)
-    families = readers.check_columns(files, args.format, names, identities=[s.name for s in specs if s.kind == "any"])
-    if all(readers.file_format(f, args.format) == "csv" for f in files):
-        return files  # text by nature: each value is parsed, and one that does not read goes to the dead letter
-    for spec in specs:
-        conflict = schema_conflict(spec, families.get(spec.name), (labels or {}).get(spec.name, ()))
-        if conflict:
-            raise InputError(f"{args.input}: column {spec.name!r} {conflict}: no row could count")
+    identities = [s.name for s in specs if s.kind == "any"]
+    readers.check_columns(files, args.format, names, identities, {s.name: s.kind for s in specs}, labels)
     return files
 
 

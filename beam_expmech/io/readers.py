@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import fastavro
 import pyarrow as pa
@@ -19,7 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_expmech.io.csv_reader import csv_batches, csv_header
 from beam_expmech.io.errors import InputError, first_line
-from beam_expmech.io.validation import MalformedRows, type_family
+from beam_expmech.io.validation import MalformedRows, schema_conflict, type_family
 
 FORMATS = ("parquet", "csv", "avro")
 BATCH_ROWS = 262_144
@@ -75,12 +75,20 @@ def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
 
 
 def check_columns(
-    files: Sequence[str], fmt: str | None, columns: Sequence[str], identities: Sequence[str] = ()
+    files: Sequence[str],
+    fmt: str | None,
+    columns: Sequence[str],
+    identities: Sequence[str] = (),
+    kinds: Mapping[str, str] | None = None,
+    labels: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, str]:
     """InputError naming the first file that lacks a needed column, cannot be read, names a needed
     column twice, types a needed column otherwise than the files before it (read as 5 in one file and
-    as "5" or 5.0 in another, one privacy unit would be two), or declares one of the ``identities``
-    (privacy units) in an Avro type that is read as its text (see ``_check_fields``). Returns each needed
+    as "5" or 5.0 in another, one privacy unit would be two), declares one of the ``identities``
+    (privacy units) in an Avro type that is read as its text (see ``_check_fields``), or types a column
+    so that no value can be read as its ColumnSpec kind in ``kinds`` wants, or equal the public ``labels``
+    it is matched against (``schema_conflict``: text where numbers are read). A CSV column, or an Avro
+    union read as text, holds text whatever its values: each is parsed as it comes. Returns each needed
     column's type family (``type_family``), but for a column of nulls only in every file."""
     first: dict[str, tuple[str, str]] = {}  # column -> (the first file that types it, its family)
     for path in files:
@@ -89,19 +97,25 @@ def check_columns(
         missing = [c for c in columns if c not in types]
         if missing:
             raise InputError(f"{path}: missing column {missing[0]!r}")  # not the others: a CSV header may be a row
-        _check_fields(path, path_format, columns, identities)
+        read_as_text = _check_fields(path, path_format, columns, identities)
         for column in columns:
             family = type_family(types[column])
             if family is None:  # only nulls: every row will be rejected, whatever the other files hold
                 continue
+            kind = (kinds or {}).get(column)
+            conflict = None if kind is None or column in read_as_text else schema_conflict(
+                kind, family, (labels or {}).get(column, ()))  # fmt: skip
+            if conflict:
+                raise InputError(f"{path}: column {column!r} {conflict}: no row could count")
             where, expected = first.setdefault(column, (path, family))
             if family != expected:
                 raise InputError(f"{path}: column {column!r} holds {family}, but {expected} in {where}")
     return {column: family for column, (_, family) in first.items()}
 
 
-def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Sequence[str]) -> None:
-    """What column_types, one type per name, cannot tell of a file: a needed column
+def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Sequence[str]) -> set[str]:
+    """The file's columns read as text whatever their values (every CSV column; an Avro union of several
+    types), after checking what column_types, one type per name, cannot tell of a file: a needed column
     named twice (which one is read would be up to the reader, and the job would fail after its charge),
     and an identity whose Avro type is not one primitive type (alone or with null). Such values are
     read as their text (see ``_avro_type``), which is not one form per value: a union's 0.0 and -0.0
@@ -123,6 +137,7 @@ def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Seque
         raise InputError(f"{path}: column {inexact[0]!r} identifies privacy units, so its Avro type must be one "
                          "primitive type, alone or with null (not a union of several, a fixed, logical or nested "
                          "type)")  # fmt: skip
+    return set(names) if fmt == "csv" else read_as_text
 
 
 # --- reading -------------------------------------------------------------------------------------

@@ -103,17 +103,18 @@ def _is_text(kind: pa.DataType) -> bool:
 _NUMBERS = {"integers": pa.int64(), "floating-point numbers": pa.float64(), "booleans": pa.bool_()}
 
 
-def schema_conflict(spec: ColumnSpec, family: str | None, labels: Sequence[str] = ()) -> str | None:
-    """Why a typed file's column (Parquet, Avro) of ``family`` (``type_family``) can hold no value that ``spec``
-    reads as it must (a number, for kinds "int" and "float"), or ``labels`` it is matched against as text (the
-    first that no value of the family reads as: a number column's values read as their canonical text, 3 as
-    "3"); None where it can. Public information decides (a schema, public labels), so a run it dooms is
-    refused before it is charged. A CSV file's columns are text by nature: not for this check."""
+def schema_conflict(kind: str, family: str | None, labels: Sequence[str] = ()) -> str | None:
+    """Why a typed column (Parquet, Avro) of ``family`` (``type_family``) holds no value that a ColumnSpec of
+    ``kind`` reads as it must (a number, for kinds "int" and "float"), or no value equal to one of the
+    ``labels`` it is matched against as text (the first that no value of the family reads as: a number
+    column's values read as their canonical text, 3 as "3"); None where it can. Public information decides
+    (a schema, public labels), so a run it dooms is refused before it is charged. A column read as text
+    whatever it holds (CSV) is not for this check: each value is parsed as it comes."""
     if family is None:
         return None
-    if spec.kind in ("int", "float") and family not in _NUMBERS:
-        return f"holds {family}, but is read as {'integers' if spec.kind == 'int' else 'numbers'}"
-    if spec.kind == "string" and family in _NUMBERS:
+    if kind in ("int", "float") and family not in _NUMBERS:
+        return f"holds {family}, but is read as {'integers' if kind == 'int' else 'numbers'}"
+    if kind == "string" and family in _NUMBERS:
         for label in labels:
             try:
                 read = pc.cast(pc.cast(pa.array([label]), _NUMBERS[family]), pa.string())[0].as_py()
