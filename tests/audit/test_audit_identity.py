@@ -16,42 +16,16 @@ seeded neighbours, is released no more often than DP allows.
 
 from __future__ import annotations
 
-import uuid
-
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from key_totals import bounded_key_totals
 
 from beam_expmech.io.validation import ColumnSpec
-from beam_expmech.transforms import BoundContributions, ReadRecordBatches, RowsToBatches, ValidateBatches
-from beam_expmech.transforms.keys import KEY, ROWS, UNITS, KeyCounts, PrivateTopKeys
-
-RESULTS: dict = {}
-
-
-def _keep(found, key: str, name: str) -> None:
-    RESULTS.setdefault(key, {})[name] = found
-
-
-def bounded_key_totals(sources, max_rows: int, max_keys: int) -> dict:
-    """{dataset: {key: (rows, units)}} by the README's composition: each dataset's validated batches (a function
-    of the pipeline, from files or rows), BoundContributions with K and L, then KeyCounts."""
-    key = uuid.uuid4().hex
-    with beam.Pipeline() as pipeline:
-        for name, source in sources.items():
-            _ = (
-                source(pipeline, name)
-                | f"Bound {name}"
-                >> BoundContributions("user", max_rows, shards=3, key_column="query", max_keys=max_keys, seed=5)
-                | f"Count {name}" >> KeyCounts("query", unit_column="user", shards=2)
-                | f"Rows {name}"
-                >> beam.FlatMapTuple(lambda _, t: zip(*(t[c].to_pylist() for c in (KEY, ROWS, UNITS)), strict=True))
-                | f"All {name}" >> beam.combiners.ToList()
-                | f"Keep {name}" >> beam.Map(lambda found, n=name: _keep({q: (r, u) for q, r, u in found}, key, n))
-            )
-    return RESULTS.pop(key)
+from beam_expmech.transforms import ReadRecordBatches, RowsToBatches, ValidateBatches
+from beam_expmech.transforms.keys import KEY, ROWS, UNITS, PrivateTopKeys
 
 
 def schema(unit_kind: str) -> list[ColumnSpec]:

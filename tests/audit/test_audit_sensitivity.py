@@ -21,13 +21,13 @@ import pyarrow as pa
 from audit_log import LONG
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from key_totals import bounded_key_totals
 
 from beam_expmech import halfspaces
 from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.mechanisms.quantile import quantile_scores
 from beam_expmech.predicates import CategoryCounts, HistogramCounts, MarginalCounts, MarginalWorkload
-from beam_expmech.transforms import BoundContributions, GatherCounts, ValidateBatches
-from beam_expmech.transforms.keys import KEY, ROWS, UNITS, KeyCounts
+from beam_expmech.transforms import GatherCounts, ValidateBatches
 from pipelines import job
 
 ITEMS = 6
@@ -136,20 +136,9 @@ def test_one_more_unit_moves_no_score_beyond_its_sensitivity(audit, units, extra
 
 def key_totals_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int, max_keys: int) -> dict:
     """{dataset: {key: (rows, units)}} by the real transforms select runs without a candidate list."""
-    key = uuid.uuid4().hex
-    with beam.Pipeline() as pipeline:
-        for name, batches in datasets.items():
-            _ = (
-                validated(pipeline | f"Create {name}" >> beam.Create(batches), name, query=True)
-                | f"Bound {name}"
-                >> BoundContributions("user", max_rows, shards=3, key_column="query", max_keys=max_keys, seed=5)
-                | f"Count {name}" >> KeyCounts("query", unit_column="user", shards=2)
-                | f"Rows {name}"
-                >> beam.FlatMapTuple(lambda _, t: zip(*(t[c].to_pylist() for c in (KEY, ROWS, UNITS)), strict=True))
-                | f"All {name}" >> beam.combiners.ToList()
-                | f"Keep {name}" >> beam.Map(lambda found, n=name: _keep({q: (r, u) for q, r, u in found}, key, n))
-            )
-    return RESULTS.pop(key)
+    sources = {name: lambda pipeline, n, b=batches: validated(pipeline | f"Create {n}" >> beam.Create(b), n, query=True)
+               for name, batches in datasets.items()}  # fmt: skip
+    return bounded_key_totals(sources, max_rows, max_keys)
 
 
 @settings(max_examples=200 if LONG else 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
