@@ -39,7 +39,8 @@ from beam_expmech.io import readers
 from beam_expmech.io.validation import canonical_identity
 from beam_expmech.mechanisms.randomness import stream_source
 from beam_expmech.predicates import CANDIDATE
-from beam_expmech.transforms.read import validated_columns
+from beam_expmech.transforms import lineage
+from beam_expmech.transforms.lineage import validated_columns
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MULTIPLIER = np.uint64(0x100000001B3)  # FNV prime: the polynomial base for text units
@@ -570,34 +571,49 @@ class BoundContributions(beam.PTransform):
         self.salt = None if key_column is None else key_salt(seed)
 
     def expand(self, batches):
-        require_validated(batches, [self.unit_column, *([self.key_column] if self.key_column else [])], "Bound")
         unit, shards, seed = self.unit_column, self.shards, self.seed
+        require_validated(batches, [unit, *([self.key_column] if self.key_column else [])], "Bound", unit=unit)
         combine = KeepLowestPerUnit(unit, self.max_rows, self.key_column, self.max_keys, self.salt, shards)
-        return (
+        bounded = (
             batches
             | "Priorities" >> beam.Map(with_priorities, seed)  # col: RecordBatch + priority
             | "Shard" >> beam.FlatMap(split_by_shard, unit, shards, self.keep_unit)  # col: (shard, Rows + unit hash)
             | "KeepLowest" >> beam.CombinePerKey(combine)  # col: (shard, Table sorted by unit hash)
             | "Batches" >> beam.FlatMapTuple(as_batches, [] if self.keep_unit else [unit])  # col: RecordBatch
         )
+        return lineage.mark(bounded, lineage.BOUNDED, self.bounds)
+
+    @property
+    def bounds(self) -> lineage.Bounds:
+        """How far one unit reaches into the rows this step leaves: what every count after it is bounded by."""
+        return lineage.Bounds(self.unit_column, self.max_rows, self.key_column, self.max_keys)
 
 
-def require_validated(batches, columns: Sequence[str], step: str) -> dict[str, str]:
-    """The validated columns upstream of ``batches`` (``validated_columns``); a ValueError, when the graph is
-    built, if one of ``columns`` was not validated on every path, or if a validated column takes a name of the
-    library's own columns. Without validation a unit could be spelled several ways (NaN payloads, -0.0, a null),
-    and a later step that groups its rows by another rule than bounding's would count it more than once."""
+UNIT_KINDS = ("any", "int", "float")  # a unit read as text ("string": -0.0 as "-0") or as a label code is not one form
+
+
+def require_validated(batches, columns: Sequence[str], step: str, unit: str | None = None) -> dict[str, str]:
+    """The kinds of the columns validated alike on every path to ``batches`` (``lineage.validated_columns``); a
+    ValueError, when the graph is built, if one of ``columns`` was not (validated on one path and not another,
+    or typed differently on two: 5 in one, "5" in another), if ``unit`` was validated as a kind that does not
+    give it one form, or if a validated column takes a name of the library's own columns. Without validation a
+    unit could be spelled several ways (NaN payloads, -0.0, a null), and a later step that groups its rows by
+    another rule than bounding's would count it more than once."""
     validated = validated_columns(batches)
     missing = [c for c in columns if c not in validated]
     if missing:
         raise ValueError(
-            f"{step}: column {missing[0]!r} was not validated on its way here: put ValidateBatches(specs) after "
-            "ReadRecordBatches (or read rows with RowsToBatches), declaring it, before bounding and counting"
+            f"{step}: column {missing[0]!r} was not validated alike on every path here: put ValidateBatches(specs) "
+            "after ReadRecordBatches (or read rows with RowsToBatches), declaring it, before bounding and counting, "
+            "and read it as one type on every path"
         )
+    if unit is not None and validated[unit][0] not in UNIT_KINDS:
+        raise ValueError(f"{step}: the privacy unit {unit!r} is validated as kind {validated[unit][0]!r}: declare it "
+                         "as kind 'any' (an identity), which gives a unit one form")  # fmt: skip
     reserved = [c for c in validated if c in (PRIORITY, HASH, CANDIDATE)]
     if reserved:
         raise ValueError(f"{step}: column {reserved[0]!r} has the name of a column the library adds; rename it")
-    return validated
+    return {column: kind for column, (kind, _) in validated.items()}
 
 
 def as_batches(_shard: int, table: pa.Table | None, drop: Sequence[str] = ()):

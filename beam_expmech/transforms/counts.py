@@ -9,11 +9,14 @@ shard, so no worker ever holds the counts of every candidate.
 
 from __future__ import annotations
 
+import dataclasses
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
 from beam_expmech.predicates import PredicateFamily
+from beam_expmech.transforms import lineage
 
 DEFAULT_SHARD_SIZE = 1 << 20
 
@@ -64,6 +67,8 @@ class PredicateCounts(beam.PTransform):
 
     def expand(self, batches):
         predicate, shard_size = self.predicate, self.shard_size
+        bounded = lineage.the_one(batches, lineage.BOUNDED, "Counts") or lineage.Bounds(None)  # None: a row a unit
+        moves = dataclasses.replace(bounded, sensitivity=bounded.max_rows * predicate.contribution)
         sizes = shard_sizes(predicate.num_candidates, shard_size)
         if len(sizes) == 1:
             counted = batches | "Count" >> beam.Map(lambda batch: (0, predicate.count(batch)))
@@ -76,11 +81,12 @@ class PredicateCounts(beam.PTransform):
             | "Shards" >> beam.Create(list(enumerate(sizes)))  # sizes only: the zeros are made on workers
             | "Zeros" >> beam.MapTuple(lambda shard, size: (shard, np.zeros(size, np.int64)))
         )
-        return (
+        summed = (
             (zeros, counted)
             | "Together" >> beam.Flatten()
             | "Sum" >> beam.CombinePerKey(SumCounts())  # col: (shard, int64[shard size])
         )
+        return lineage.mark(summed, lineage.COUNTED, moves)  # how far one unit moves a count: the final step checks
 
 
 def _sparse_by_shard(batch: pa.RecordBatch, predicate: PredicateFamily, shard_size: int):

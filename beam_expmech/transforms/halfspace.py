@@ -17,6 +17,7 @@ from beam_expmech import halfspaces, parameters
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import exponential_mechanism
 from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.transforms import lineage
 
 
 class PrivateHalfspace(beam.PTransform):
@@ -65,4 +66,5 @@ class PrivateHalfspace(beam.PTransform):
 
     def expand(self, pattern_counts):
         # col: one int64 vector of pattern counts -> col: one list of weights
+        lineage.check_sensitivity(pattern_counts, self.sensitivity, "PrivateHalfspace")
         return pattern_counts | "Halfspace" >> beam.Map(self.release)

@@ -28,6 +28,7 @@ from beam_expmech.mechanisms.exponential import top_k
 from beam_expmech.mechanisms.limited_domain import limited_domain_top_k, margin
 from beam_expmech.mechanisms.partition_selection import PartitionSelection
 from beam_expmech.mechanisms.randomness import stream_source
+from beam_expmech.transforms import lineage
 from beam_expmech.transforms.bounding import require_validated, unit_hash
 
 KEY, ROWS, UNITS = "key", "rows", "units"
@@ -106,8 +107,11 @@ def by_key_shard(batch: pa.RecordBatch, shards: int):
 class KeyCounts(beam.PTransform):
     """Each value of ``key_column`` (text) with its rows and distinct units, spread over ``shards``.
 
-    col: RecordBatch -> col: (key shard, Table[key, rows, units]). Not private on its own: the
-    input must be bounded, and only a private step may follow.
+    col: RecordBatch -> col: (key shard, Table[key, rows, units]). Not private on its own: only a private
+    step may follow. Refused when the graph is built unless its input is validated, and either bounded by
+    ``BoundContributions(unit_column, K, key_column=key_column, max_keys=L)`` on every path (and
+    ``unit_column`` then names that unit), or bounded on no path and ``unit_column`` None (each row its own
+    unit); its output carries those bounds, which PrivateTopKeys and PrivateKeys check theirs against.
     """
 
     def __init__(self, key_column: str, *, unit_column: str | None = None, shards: int = 32):
@@ -119,10 +123,41 @@ class KeyCounts(beam.PTransform):
         kinds = require_validated(batches, [self.key_column, *([self.unit_column] if self.unit_column else [])], "Keys")
         if kinds[self.key_column] != "string":  # bounding ranks keys by canonical_identity: for text, the text
             raise ValueError(f"Keys: column {self.key_column!r} must be validated as kind 'string' (keys are text)")
-        return (
+        counts = (
             batches
             | "PerBatch" >> beam.FlatMap(batch_key_counts, self.key_column, self.unit_column, self.shards)
             | "PerKey" >> beam.CombinePerKey(SumKeyCounts())  # col: (key shard, Table of complete totals)
+        )
+        return lineage.mark(counts, lineage.COUNTED, self._bounds(lineage.the_one(batches, lineage.BOUNDED, "Keys")))
+
+    def _bounds(self, bounded: lineage.Bounds | None) -> lineage.Bounds:
+        """The bounds of the counts, from the bounding above: a unit counted by another rule than bounding's
+        (no unit column, another one, keys of another column) would move the counts beyond them."""
+        if bounded is None:
+            if self.unit_column is not None:
+                raise ValueError(f"Keys: no BoundContributions by {self.unit_column!r} above: a unit's rows are not "
+                                 "bounded (bound them with key_column and max_keys, or leave unit_column out: each row "
+                                 "its own unit)")  # fmt: skip
+            return lineage.Bounds(None, 1, self.key_column, 1)
+        if self.unit_column != bounded.unit:
+            raise ValueError(f"Keys: the rows are bounded by unit {bounded.unit!r}: count distinct units of it "
+                             f"(unit_column={bounded.unit!r}), not {self.unit_column!r}")  # fmt: skip
+        if bounded.key_column != self.key_column:
+            raise ValueError(
+                f"Keys: the rows are bounded over keys of {bounded.key_column!r}, not of {self.key_column!r}: "
+                f"bound with key_column={self.key_column!r} and max_keys"
+            )
+        return bounded
+
+
+def check_bounds(counts, *, max_rows: int, max_keys: int, step: str) -> None:
+    """A ValueError, when the graph is built, if the bounds of the KeyCounts above ``counts`` exceed the K rows
+    and L keys a unit is said to hold (the noise would not cover a unit); nothing where no KeyCounts marks them."""
+    bounds = lineage.widest(counts, step)
+    if bounds is not None and (bounds.max_rows > max_rows or (bounds.max_keys or 1) > max_keys):
+        raise ValueError(
+            f"{step}: the counts above are bounded to {bounds.max_rows} rows over {bounds.max_keys} keys a unit, "
+            f"more than max_rows={max_rows}, max_keys={max_keys}: the noise would not cover it"
         )
 
 
@@ -253,6 +288,7 @@ class PrivateTopKeys(beam.PTransform):
         return self.select([pair for shard, table in shards for pair in self.candidates(shard, table)])
 
     def expand(self, counts):
+        check_bounds(counts, max_rows=self.max_rows, max_keys=self.max_keys, step=self.label)
         gather = {
             "keys-then-laplace": beam.combiners.Top.Of(self.k),  # the k largest noisy counts of every shard's k
             "keys-then-exponential": beam.combiners.ToList(),  # the released keys (public)
@@ -290,4 +326,5 @@ class PrivateKeys(beam.PTransform):
         return shard, table.filter(pa.array(kept))
 
     def expand(self, counts):
+        check_bounds(counts, max_rows=1 << 62, max_keys=self.rule.max_keys, step=self.label)  # rows: not read here
         return counts | "Keep" >> beam.MapTuple(self.keep)

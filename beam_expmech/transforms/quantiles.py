@@ -25,6 +25,7 @@ from beam_expmech.mechanisms.joint_quantiles import joint_quantiles
 from beam_expmech.mechanisms.quantile import private_quantile
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import HistogramCounts
+from beam_expmech.transforms import lineage
 
 JOINT_BINS = 1024  # JointExp's sampler is quadratic in bins
 METHODS = ("independent", "joint")
@@ -131,5 +132,6 @@ class PrivateQuantiles(beam.PTransform):
         return {f"{q:g}": v for q, v in zip(self.quantiles, sorted(values), strict=True)}
 
     def expand(self, histograms):
+        lineage.check_sensitivity(histograms, self.max_rows, "PrivateQuantiles")  # a rank moves by K a unit
         # col: one int64 histogram -> col: one {quantile: value} dict
         return histograms | "Quantiles" >> beam.Map(self.release)

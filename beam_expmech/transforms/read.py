@@ -11,6 +11,7 @@ from apache_beam.metrics import Metrics
 
 from beam_expmech.io import readers, writers
 from beam_expmech.io.validation import ColumnSpec, MalformedRows, check_batch, reason_column
+from beam_expmech.transforms.lineage import FAMILIES, VALIDATED, mark, upstream
 
 # Operator-facing metrics: NOT private, never written to a release (docs/DESIGN.md section 4).
 METRICS_NAMESPACE = "beam_expmech.non_private"
@@ -28,20 +29,23 @@ class ReadRecordBatches(beam.PTransform):
     family in all (a unit read as 5 in one file and as "5" or 5.0 in another would be two units).
     """
 
-    def __init__(self, files: Sequence[str], fmt: str | None, columns: Sequence[str]):
+    def __init__(self, files: Sequence[str], fmt: str | None, columns: Sequence[str | ColumnSpec]):
         super().__init__()
         self.splits = [(path, readers.file_format(path, fmt)) for path in files]
-        self.columns = list(columns)
-        readers.check_columns(files, fmt, self.columns)
+        specs = [c for c in columns if isinstance(c, ColumnSpec)]
+        self.columns = [c.name if isinstance(c, ColumnSpec) else c for c in columns]
+        identities = [s.name for s in specs if s.kind == "any"]
+        self.families = readers.check_columns(files, fmt, self.columns, identities, {s.name: s.kind for s in specs})
 
     def expand(self, pbegin):
-        return (
+        batches = (
             pbegin
             | "Files" >> beam.Create(self.splits)  # col: (path, format)
             | "Splits" >> beam.FlatMapTuple(readers.splits)  # col: (path, format, row group)
             | "Spread" >> beam.Reshuffle()
             | "Read" >> beam.FlatMap(readers.read_split, columns=self.columns)  # col: RecordBatch
         )
+        return mark(batches, FAMILIES, self.families)  # each column's type family, one in every file
 
 
 class _Validate(beam.DoFn):
@@ -103,37 +107,11 @@ class ValidateBatches(beam.PTransform):
     def expand(self, batches) -> Validated:
         tagged = batches | "Check" >> beam.ParDo(_Validate(self.specs))  # col: (GOOD | DEAD, rows)
         good = tagged | "Good" >> beam.FlatMap(_tagged, GOOD)
-        setattr(good, _VALIDATED, {spec.name: spec.kind for spec in self.specs})
-        return Validated(good=good, dead=tagged | "Dead" >> beam.FlatMap(_tagged, DEAD))
-
-
-_VALIDATED = "_beam_expmech_validated"  # the attribute ValidateBatches sets on its good rows: {column: kind}
-
-
-def validated_columns(batches: beam.PCollection) -> dict[str, str]:
-    """The columns (name: ColumnSpec kind) that ValidateBatches checked on every path of the graph that leads to
-    ``batches``: empty where some path starts elsewhere (a file read, a Create) without passing through it.
-
-    How a transform that must not see unvalidated rows (bounding: a unit spelled two ways would be two units)
-    refuses, when the graph is built, a graph that skips validation. It reads the graph's shape only: a step of
-    the user's between validation and it is trusted to keep the columns as validation left them.
-    """
-    seen: dict[int, dict[str, str]] = {}
-
-    def walk(pcoll) -> dict[str, str]:
-        if id(pcoll) not in seen:
-            seen[id(pcoll)] = {}  # a graph has no cycle; this only stops a second visit of a shared ancestor
-            marked = getattr(pcoll, _VALIDATED, None)
-            producer = getattr(pcoll, "producer", None)
-            inputs = [] if producer is None else [p for p in producer.inputs if isinstance(p, beam.PCollection)]
-            if marked is not None:
-                seen[id(pcoll)] = dict(marked)
-            elif inputs:
-                found = [walk(p) for p in inputs]
-                seen[id(pcoll)] = {c: k for c, k in found[0].items() if all(f.get(c) == k for f in found[1:])}
-        return seen[id(pcoll)]
-
-    return walk(batches)
+        read = upstream(batches, FAMILIES)  # the files' type families, where one ReadRecordBatches feeds it
+        families = read[0] if len(read) == 1 and read[0] is not None else {}
+        # An identity's form depends on its type (5, 5.0 and "5" are three forms); any other kind's on the kind.
+        checked = {s.name: (s.kind, families.get(s.name) if s.kind == "any" else None) for s in self.specs}
+        return Validated(good=mark(good, VALIDATED, checked), dead=tagged | "Dead" >> beam.FlatMap(_tagged, DEAD))
 
 
 class _ConcatTables(beam.CombineFn):

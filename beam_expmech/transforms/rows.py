@@ -19,7 +19,8 @@ from apache_beam.typehints import typehints
 
 from beam_expmech import parameters
 from beam_expmech.io import readers
-from beam_expmech.io.validation import ColumnSpec, MalformedRows, reason_column
+from beam_expmech.io.validation import ColumnSpec, MalformedRows, reason_column, type_family
+from beam_expmech.transforms import lineage
 from beam_expmech.transforms.read import ValidateBatches
 
 # The Python types a value may have, and the Arrow type a column of one of them is built as. Anything
@@ -85,12 +86,17 @@ class RowsToBatches(beam.PTransform):
             raise ValueError(f"RowsToBatches reads dicts, beam.Row or NamedTuples, and this PCollection holds "
                              f"{rows.element_type}: map each element to a dict of its fields first")  # fmt: skip
         size = self.batch_size
-        return (
+        checked = (
             rows
             | "Batch" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)  # col: [row]
             | "Columns" >> beam.FlatMap(rows_as_batches, self.specs, self.identity_types)  # col: RecordBatch
             | "Validate" >> ValidateBatches(self.specs)
         )
+        kinds = getattr(checked.good, lineage.VALIDATED)  # each identity's form: its declared type's family
+        families = {name: type_family(PLAIN_TYPES[t]) for name, t in self.identity_types.items()}
+        lineage.mark(checked.good, lineage.VALIDATED, {c: (k, families.get(c) if k == "any" else None)
+                                                        for c, (k, _) in kinds.items()})  # fmt: skip
+        return checked
 
 
 def rows_as_batches(

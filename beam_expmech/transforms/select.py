@@ -21,6 +21,7 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.exact import Noise, PartialKey, decide, noisy_top_k_keys
 from beam_expmech.mechanisms.exponential import log_weights
 from beam_expmech.mechanisms.randomness import stream_source
+from beam_expmech.transforms import lineage
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 
 MECHANISMS = {"exponential": Noise.GUMBEL, "permute-and-flip": Noise.EXPONENTIAL}
@@ -89,6 +90,7 @@ class PrivateSelect(beam.PTransform):
         return self._merge([key for shard, counts in shards for key in self._shard_keys(shard, counts)])
 
     def expand(self, counts):
+        lineage.check_sensitivity(counts, self.sensitivity, self.label)
         return (
             counts
             | "ShardTopK" >> beam.MapTuple(self._shard_keys)  # col: [PartialKey] per shard

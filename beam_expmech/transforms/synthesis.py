@@ -28,6 +28,7 @@ from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth import aim, blr, mwem
 from beam_expmech.synth.row_fitting import synthetic_rows
+from beam_expmech.transforms import lineage
 
 METHODS = ("aim", "mwem", "blr")
 MAX_WORKLOAD_CELLS = 50_000_000  # the summed counts of every marginal, held by one worker
@@ -175,5 +176,6 @@ class PrivateSynthesis(beam.PTransform):
         return {c: numbers_in_bins(self.grids[c], v, source=source) if c in self.grids else v for c, v in table.items()}
 
     def expand(self, counts):
+        lineage.check_sensitivity(counts, self.max_rows, "PrivateSynthesis")  # a cell of each marginal: K a unit
         # col: one vector of every workload cell -> col: one (columns, details)
         return counts | "Synthesize" >> beam.Map(self.synthesize)

@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_expmech.accounting import Release
 from beam_expmech.io.validation import ColumnSpec
-from beam_expmech.transforms import ValidateBatches
+from beam_expmech.transforms import BoundContributions, ValidateBatches
 from beam_expmech.transforms.keys import (
     KEY,
     MECHANISMS,
@@ -39,10 +39,18 @@ def batches(rows: int = 3_000, seed: int = 0) -> list[pa.RecordBatch]:
             for part_u, part_q in zip(np.split(users, cuts), np.split(queries, cuts), strict=True)]  # fmt: skip
 
 
+K, L = 30, 50  # above any user's rows and keys in ``batches``: the bounding keeps every row
+
+
 def validated(pipeline: beam.Pipeline, parts: list[pa.RecordBatch], unit: str = "user", key: str = "query"):
-    """The batches as KeyCounts takes them: validated (it refuses, when built, a graph that skips validation)."""
+    """The batches validated (KeyCounts refuses, when built, a graph that skips validation)."""
     specs = [ColumnSpec(unit, "any"), ColumnSpec(key, "string")]
     return (pipeline | beam.Create(parts) | ValidateBatches(specs)).good
+
+
+def bounded(pipeline: beam.Pipeline, parts: list[pa.RecordBatch], unit: str = "user", key: str = "query"):
+    """The batches as KeyCounts takes them to count units: validated, then bounded (K rows over L keys a unit)."""
+    return validated(pipeline, parts, unit, key) | BoundContributions(unit, K, key_column=key, max_keys=L, seed=3)
 
 
 def totals(parts) -> dict[str, tuple[int, int]]:
@@ -74,7 +82,7 @@ def test_key_counts_are_each_keys_rows_and_distinct_units_whatever_the_shards(sh
     parts = batches()
     with beam.Pipeline() as pipeline:
         counted = (
-            validated(pipeline, parts)
+            bounded(pipeline, parts)
             | KeyCounts("query", unit_column="user", shards=shards)
             | beam.FlatMapTuple(
                 lambda _, t: zip(t[KEY].to_pylist(), t[ROWS].to_pylist(), t[UNITS].to_pylist(), strict=True)
@@ -99,23 +107,23 @@ def test_top_keys_on_beam_find_keys_that_stand_far_apart_best_first(mechanism):
     parts, truth = batches(), totals(batches())
     ranked = sorted(truth, key=lambda q: -truth[q][0])
     assert [truth[q][0] for q in ranked[:4]] == sorted([truth[q][0] for q in ranked[:4]], reverse=True)
-    step = PrivateTopKeys(epsilon=2.0, delta=1e-6, k=3, max_rows=1, max_keys=1, mechanism=mechanism, seed=5)
+    step = PrivateTopKeys(epsilon=2_000.0, delta=1e-6, k=3, max_rows=K, max_keys=L, mechanism=mechanism, seed=5)
     with beam.Pipeline() as pipeline:
-        chosen = validated(pipeline, parts) | KeyCounts("query", unit_column="user", shards=4) | step
-        assert_that(chosen, equal_to([ranked[:3]]))  # q1, q2, q3: hundreds of rows apart at epsilon 2
+        chosen = bounded(pipeline, parts) | KeyCounts("query", unit_column="user", shards=4) | step
+        assert_that(chosen, equal_to([ranked[:3]]))  # q1, q2, q3: hundreds of rows apart at epsilon / K = 2
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_top_keys_on_beam_are_the_one_process_draw_under_a_test_seed(mechanism):
     parts = batches()
-    step = PrivateTopKeys(epsilon=0.3, delta=1e-3, k=4, max_rows=1, max_keys=1, mechanism=mechanism, seed=11)
+    step = PrivateTopKeys(epsilon=300.0, delta=1e-3, k=4, max_rows=K, max_keys=L, mechanism=mechanism, seed=11)
     shards: dict[int, list] = {}
     for batch in parts:
         for shard, table in batch_key_counts(batch, "query", "user", 4):
             shards.setdefault(shard, []).append(pa.Table.from_batches([table]))
     expected = step.release([(shard, key_totals(pa.concat_tables(tables))) for shard, tables in shards.items()])
     with beam.Pipeline() as pipeline:
-        chosen = validated(pipeline, parts) | KeyCounts("query", unit_column="user", shards=4) | step
+        chosen = bounded(pipeline, parts) | KeyCounts("query", unit_column="user", shards=4) | step
         assert_that(chosen, equal_to([expected]))
 
 
@@ -124,7 +132,8 @@ def test_few_keys_that_stand_out_release_fewer_than_k():
     for mechanism in MECHANISMS:
         step = PrivateTopKeys(epsilon=1.0, delta=1e-6, k=5, max_rows=1, max_keys=1, mechanism=mechanism)
         with beam.Pipeline() as pipeline:
-            chosen = validated(pipeline, flat) | KeyCounts("query", unit_column="user") | step
+            keyed = validated(pipeline, flat) | BoundContributions("user", 1, key_column="query", max_keys=1)
+            chosen = keyed | KeyCounts("query", unit_column="user") | step
             assert_that(chosen, equal_to([[]]))  # a key of one unit: released with probability ~1e-6
 
 
@@ -135,7 +144,7 @@ def test_no_column_name_collides_with_the_group_bys_own(unit, key):
     parts = [pa.record_batch({unit: [1, 1, 2], key: ["a", "b", "a"]})]
     with beam.Pipeline() as pipeline:
         counted = (
-            validated(pipeline, parts, unit, key)
+            bounded(pipeline, parts, unit, key)
             | KeyCounts(key, unit_column=unit, shards=2)
             | beam.FlatMapTuple(
                 lambda _, t: zip(t[KEY].to_pylist(), t[ROWS].to_pylist(), t[UNITS].to_pylist(), strict=True)
@@ -170,11 +179,11 @@ def test_the_accuracy_note_states_the_rule_and_the_second_stages_noise():
 
 def test_partition_selection_on_beam_keeps_the_keys_many_units_hold():
     parts = batches()
-    step = PrivateKeys(epsilon=1.0, delta=1e-6, max_keys=1)
+    step = PrivateKeys(epsilon=1.0, delta=1e-6, max_keys=L)
     truth = totals(parts)
     with beam.Pipeline() as pipeline:
         kept = (
-            validated(pipeline, parts)
+            bounded(pipeline, parts)
             | KeyCounts("query", unit_column="user", shards=4)
             | step
             | beam.FlatMapTuple(lambda _, t: t[KEY].to_pylist())
