@@ -65,7 +65,7 @@ def read_valid_batches(
     """col: RecordBatch of the rows that passed validation, and the rest's ``dead_letter`` file's write (a
     PCollection of one element, once written), or None without a dead letter: rejected rows are then only
     counted (the non-private counter)."""
-    batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, [s.name for s in specs])
+    batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, specs)
     checked = batches | "Validate" >> ValidateBatches(specs)
     if dead_letter is None:
         return checked.good, None
