@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         parameters.probability(args.delta, "--delta")
     described = domain_files.read_domain(args.domain)
     columns = args.columns.split(",") if args.columns else list(described)
+    repeated = [c for i, c in enumerate(columns) if c in columns[:i]]
+    if repeated:  # the table would hold it once, while the line and the manifest counted it twice
+        raise ValueError(f"--columns names {repeated[0]!r} more than once")
     unknown = [c for c in columns if c not in described]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")

@@ -113,6 +113,17 @@ def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
     assert not (tmp_path / "s.csv").exists()
 
 
+def test_a_column_named_twice_is_refused_before_anything_is_read_or_charged(tmp_path):
+    """The table would hold it once while the line and the manifest counted it twice (issue 34)."""
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(NLTCS / "nltcs.csv"), "--domain": str(NLTCS / "domain.json"), "--epsilon": "1",
+            "--columns": "eating,bathing,eating", "--output": str(tmp_path / "s.csv"),
+            "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, "--columns names 'eating' more than once")
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
 @pytest.mark.parametrize(
     "domain,flags,message",
     [
