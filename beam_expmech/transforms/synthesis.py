@@ -164,7 +164,8 @@ class PrivateSynthesis(beam.PTransform):
             result = mwem.mwem(
                 workload, self.domain, epsilon=self.epsilon, rounds=self.rounds, max_rows=self.max_rows, rng=self.seed
             )
-            details = {"rounds": self.rounds}
+            # The rounds run: MWEM runs fewer than asked where the noisy size cannot carry them (post-processing)
+            details = {"rounds": len(result.measured), "rounds_asked": self.rounds}
         rows = self.rows or result.rows
         source = random_source(None if self.seed is None else self.seed + 1)
         codes = synthetic_rows(result.model, self.domain, self.family.marginals, rows, source=source)

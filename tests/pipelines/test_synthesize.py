@@ -43,7 +43,8 @@ def test_mwem_writes_a_parquet_table_and_a_manifest(tmp_path, capsys):
         assert values.min() >= 0 and values.max() < domain[name]
     manifest = json.loads((tmp_path / "synthetic.manifest.json").read_text())
     assert manifest["method"] == "mwem" and manifest["epsilon"] == 1 and manifest["private_randomness"] is False
-    assert len(manifest["measured"]) == 10 and manifest["rows"] == table.num_rows
+    assert len(manifest["measured"]) == manifest["rounds"] == manifest["rounds_asked"] == 10
+    assert manifest["rows"] == table.num_rows
     assert 15_000 < table.num_rows < 30_000  # the noisy size of 21,574 rows
     capsys.readouterr()
     evaluate_synthetic.main([str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(out), "--columns", columns(8)])

@@ -72,6 +72,13 @@ def test_the_rows_answer_the_workload_closer_to_the_model_than_rows_drawn_from_i
     assert distance(table) < 0.5 * distance(drawn)
 
 
+@pytest.mark.parametrize("epsilon,run", [(0.05, 0), (0.5, 3)])
+def test_mwem_states_the_rounds_it_ran_not_the_rounds_asked(epsilon, run):
+    """On 3,000 rows MWEM affords fewer rounds than its default 20 (none at epsilon 0.05): the release says so."""
+    _, details = synthesized(PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=epsilon, rows=100, seed=2))
+    assert details["rounds"] == len(details["measured"]) == run and details["rounds_asked"] == 20
+
+
 def test_cost_is_rho_for_aim_and_pure_epsilon_for_mwem_and_blr():
     aim = PrivateSynthesis(method="aim", domain=DOMAIN, epsilon=1.0, delta=1e-9)
     assert aim.rho == epsilon_to_zcdp(1.0, delta=1e-9) and aim.cost == Release.zcdp(aim.rho, "synthetic data by aim")
