@@ -160,6 +160,28 @@ def _released_quantiles(
     return np.array(list(values.values()), dtype=np.float64)
 
 
+def _composition(step: PrivateSynthesis, edges: dict) -> dict:
+    """AIM beside private edges: the route its rho took (``accounting.zcdp_beside``), the edges' epsilon and
+    rho, and AIM's rho (public parameters), for the manifest and the dry run; {} otherwise."""
+    if step.share is None or not edges:
+        return {}
+    epsilon, rho = math.fsum(e.cost.epsilon for e in edges.values()), math.fsum(e.cost.rho for e in edges.values())
+    if step.share.route == "basic":
+        rule = (f"basic composition: the edges epsilon={epsilon:g}-DP, AIM rho={step.rho:g}-zCDP, hence "
+                f"(epsilon={step.cost.epsilon:g}, delta={step.delta:g})-DP; the epsilons add")  # fmt: skip
+    else:
+        rule = f"zCDP: the edges rho={rho:g} (epsilon={epsilon:g}), AIM rho={step.rho:g}; the rhos add"
+    return {"route": step.share.route, "rule": rule, "edges_epsilon": epsilon, "edges_rho": rho, "aim_rho": step.rho}
+
+
+def _guarantee(step: PrivateSynthesis) -> str:
+    if step.share is None:
+        return "pure epsilon-DP"
+    if step.share.route == "basic":
+        return "rho-zCDP, hence (epsilon less the edges', delta)-DP; with the edges', (epsilon, delta)-DP"
+    return "rho-zCDP, hence (epsilon, delta)-DP"
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     flags.check_unit_flags(args)
@@ -190,16 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     numeric, private = domain_files.grids(described), domain_files.private_grids(described)
     max_rows = rows_per_unit(args.max_rows_per_unit)
     edges = _edge_steps(args, private, max_rows)  # rehearsed when built, like every step
-    epsilon, rho_elsewhere = args.epsilon, 0.0  # what the generator may spend: what the edges leave
-    if edges and args.method == "aim":
-        rho_elsewhere = math.fsum(e.cost.rho for e in edges.values())
+    epsilon, elsewhere = args.epsilon, []  # what the generator may spend: what the edges leave
+    if edges and args.method == "aim":  # AIM's rho beside the edges' releases, by the better route
+        elsewhere = [e.cost for e in edges.values()]
     elif edges:
         epsilon = args.epsilon * (1 - math.fsum(p.share for p in private.values()))
 
     def synthesis(grids: dict[str, NumericGrid]) -> PrivateSynthesis:
         return PrivateSynthesis(method=args.method, domain=domain, epsilon=epsilon, delta=args.delta,
                                 degree=args.workload_degree, rows=args.rows, rounds=args.rounds, max_rows=max_rows,
-                                grids=grids, rho_elsewhere=rho_elsewhere, seed=args.seed,
+                                grids=grids, elsewhere=elsewhere, seed=args.seed,
                                 progress=_progress_bar() if sys.stderr.isatty() else None)  # fmt: skip
 
     step = synthesis(numeric)  # its checks before any budget; built again with the released edges' grids
@@ -222,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     if edges:
         plan["private bin edges"] = ", ".join(f"{c}: {private[c].count} bins, epsilon {e.epsilon:g}"
                                               for c, e in edges.items())  # fmt: skip
+    composition = _composition(step, edges)
+    if composition:
+        plan["composition"] = composition["rule"]
     if budget.dry_run(args, cost, files, plan):
         return 0
     runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
@@ -240,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
             delta=delta,
             accuracy=None,
             method=args.method,
-            guarantee="rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
+            guarantee=_guarantee(step),
             columns=columns,
+            **({"composition": composition} if composition else {}),
             **({"numeric": stated} if numeric else {}),
         )
         release = GatherCounts() | step | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))

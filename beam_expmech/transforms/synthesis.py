@@ -16,13 +16,13 @@ of a marginal, the memory the run will need) runs in ``__init__``, before any bu
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 import numpy as np
 
 from beam_expmech import parameters
-from beam_expmech.accounting import Release, epsilon_to_zcdp
+from beam_expmech.accounting import Release, ZcdpShare, zcdp_beside
 from beam_expmech.grids import NumericGrid
 from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
@@ -58,9 +58,10 @@ def numbers_in_bins(grid: NumericGrid, codes: np.ndarray, *, source: RandomSourc
 class PrivateSynthesis(beam.PTransform):
     """Synthetic rows over ``domain`` ({column: number of codes}) that answer its k-way marginals privately.
 
-    Privacy: ``aim`` is rho-zCDP with rho = the most that is (``epsilon``, ``delta``)-DP, less
-    ``rho_elsewhere`` (zCDP the same run spends on other releases, such as private bin edges, so
-    that together they stay (epsilon, delta)-DP); ``mwem`` and ``blr`` are pure ``epsilon``-DP
+    Privacy: ``aim`` is rho-zCDP with rho the most that leaves the run (``epsilon``, ``delta``)-DP
+    beside ``elsewhere``, the run's other releases (such as private bin edges): by the better of zCDP
+    and basic composition (``accounting.zcdp_beside``: ``share`` says which, ``cost`` is what that
+    route charges); ``mwem`` and ``blr`` are pure ``epsilon``-DP
     (``cost``), when each privacy unit has at most ``max_rows`` = K rows: every cell of the
     workload (``family``, which the data pass must count) then moves by at most K. ``degree``:
     the k of the k-way marginals (aim, mwem; default 3, or every column if fewer); blr counts the
@@ -82,7 +83,7 @@ class PrivateSynthesis(beam.PTransform):
         rounds: int | None = None,
         max_rows: int = 1,
         grids: dict[str, NumericGrid] | None = None,
-        rho_elsewhere: float = 0.0,
+        elsewhere: Sequence[Release] = (),
         seed: int | None = None,
         progress: Callable[[float], None] | None = None,
     ):
@@ -104,13 +105,11 @@ class PrivateSynthesis(beam.PTransform):
         self.rows = None if rows is None else parameters.count(rows, "rows")
         self.rounds = None if rounds is None else parameters.count(rounds, "rounds")
         self.seed, self.progress = parameters.test_seed(seed), progress
-        self.rho_elsewhere = 0.0
-        if rho_elsewhere:
-            if method != "aim":
-                raise ValueError("rho_elsewhere is for aim (mwem and blr take what is left of epsilon)")
-            self.rho_elsewhere = parameters.positive_finite(rho_elsewhere, "rho_elsewhere")
-            if self.rho_elsewhere >= epsilon_to_zcdp(self.epsilon, delta=self.delta):
-                raise ValueError("the other releases spend all of the (epsilon, delta) budget: nothing is left for aim")
+        if elsewhere and method != "aim":
+            raise ValueError("elsewhere is for aim (mwem and blr take what is left of epsilon)")
+        self.share: ZcdpShare | None = None
+        if method == "aim":
+            self.share = zcdp_beside(self.epsilon, self.delta, list(elsewhere), "synthetic data by aim")
         columns = list(self.domain)
         if method == "blr":
             if self.rows is None:
@@ -130,14 +129,18 @@ class PrivateSynthesis(beam.PTransform):
 
     @property
     def rho(self) -> float:
-        """AIM's zCDP budget: the largest rho whose conversion is (epsilon, delta)-DP, less ``rho_elsewhere``."""
-        return epsilon_to_zcdp(self.epsilon, delta=self.delta) - self.rho_elsewhere
+        """AIM's zCDP budget: the most that leaves the run (epsilon, delta)-DP beside ``elsewhere``."""
+        if self.share is None:
+            raise ValueError(f"{self.method} is pure epsilon-DP: it has no rho budget")
+        return self.share.rho
 
     @property
     def cost(self) -> Release:
-        """What the release costs: rho-zCDP for aim (charged to a budget with delta > 0), pure epsilon otherwise."""
-        if self.method == "aim":
-            return Release.zcdp(self.rho, "synthetic data by aim")
+        """What the release costs: for aim, rho-zCDP, or the (epsilon less the others', delta)-DP release that its
+        rho implies where basic composition leaves it more (``share``; charged to a budget with delta > 0); pure
+        epsilon otherwise."""
+        if self.share is not None:
+            return self.share.release
         return Release.pure(self.epsilon, f"synthetic data by {self.method}")
 
     def synthesize(self, counts: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:

@@ -15,9 +15,9 @@ import pytest
 from commands import assert_usage_error
 from public_tables import DATA
 
-from beam_expmech.accounting import epsilon_to_zcdp, zcdp_to_epsilon
+from beam_expmech.accounting import Release, compose, epsilon_to_zcdp, zcdp_to_epsilon
 from beam_expmech.grids import NumericGrid
-from beam_expmech.ledger import Ledger
+from beam_expmech.ledger import Ledger, budget_of
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.transforms import PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
@@ -325,10 +325,11 @@ def test_private_edges_are_released_at_quantiles_and_charged_with_the_synthesis_
     assert not (tmp_path / "s.edges.json").exists()  # the edges are in the manifest
 
     (release,) = ledger.dataset("d")["releases"]  # one charge for the edges and the synthesis
-    if method == "aim":
-        assert release["rho"] == pytest.approx(epsilon_to_zcdp(8, delta=1e-8)) and manifest["rho"] == release["rho"]
-    else:
-        assert release["epsilon"] == pytest.approx(8.0)
+    assert release["epsilon"] == pytest.approx(8.0)
+    if method == "aim":  # the edges' epsilon 2 leaves AIM more by basic composition than the zCDP route would
+        assert release["delta"] == 1e-8 and release["rho"] is None and manifest["rho"] is None
+        assert manifest["composition"]["route"] == "basic"
+        assert manifest["composition"]["aim_rho"] == pytest.approx(epsilon_to_zcdp(6, delta=1e-8))
 
     table = pq.read_table(out)
     grid = NumericGrid(0, 120, 4, integer=True, cuts=tuple(edges[1:-1]))
@@ -342,6 +343,39 @@ def test_private_edges_are_released_at_quantiles_and_charged_with_the_synthesis_
     error = np.abs(real - synthetic).sum()
     run = evaluate_one_way(tmp_path / "d.parquet", tmp_path / "domain.json", out)
     assert f"average L1 error {error:.4f}" in run  # evaluate_synthetic reads the edges from the manifest
+
+
+@pytest.mark.parametrize("share,route", [(0.3, "basic"), (0.01, "zcdp")])
+def test_aim_beside_private_edges_takes_the_larger_rho_and_the_ledger_records_what_the_run_charged(
+    tmp_path, share, route
+):
+    """At epsilon 1, delta 1e-9 edges of share 0.3 cost 75% of the zCDP route's rho: basic composition leaves AIM
+    2.03 times more. A share of 0.01 costs little rho, and the zCDP route leaves more. Either way the ledger
+    records the charge of the route taken, which fits the run's budget (issue 34, 6a)."""
+    rng = np.random.default_rng(24)  # test-only
+    age = rng.integers(18, 90, 2_000)
+    pq.write_table(pa.table({"age": age, "c": (age > 50).astype(np.int64)}), tmp_path / "d.parquet")
+    entry = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": share}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": entry, "c": 2}))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=1.0, delta=1e-9)
+    args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "1",
+            "--delta", "1e-9", "--rounds", "2", "--seed", "6", "--output", str(tmp_path / "s.csv"),
+            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+    assert synthesize.main(args) == 0
+
+    stated = json.loads((tmp_path / "s.manifest.json").read_text())["composition"]
+    by_zcdp = epsilon_to_zcdp(1, delta=1e-9) - share**2 / 8
+    by_basic = epsilon_to_zcdp(1 - share, delta=1e-9)
+    assert stated["route"] == route and stated["aim_rho"] == pytest.approx(max(by_zcdp, by_basic), rel=1e-12)
+    assert stated["edges_epsilon"] == pytest.approx(share) and stated["edges_rho"] == pytest.approx(share**2 / 8)
+    (release,) = ledger.dataset("d")["releases"]
+    charged = Release.approximate(1 - share, 1e-9, "aim") if route == "basic" else Release.zcdp(by_zcdp, "aim")
+    expected = compose([charged, Release.exponential_mechanism(share)], "run")
+    assert (release["epsilon"], release["delta"]) == (expected.epsilon, expected.delta)
+    assert release["rho"] == pytest.approx(expected.rho) if route == "zcdp" else release["rho"] is None
+    assert release["status"] == "done"
+    assert budget_of(ledger.dataset("d")).remaining() == pytest.approx(0, abs=1e-9)  # the run's whole budget
 
 
 def test_private_edges_with_a_unit_are_the_quantiles_of_k_rows_a_unit(tmp_path):
@@ -405,9 +439,6 @@ def test_private_grids_must_leave_the_generator_some_epsilon(tmp_path):
     assert_usage_error("pipelines.synthesize", args, "shares add up to 1")
     (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"count": 4, "bins": 4}}))
     assert_usage_error("pipelines.synthesize", args, "unknown key 'count'")
-    # aim: the edges' epsilon^2/8 zCDP each, out of the rho of (epsilon, delta), must leave it some
-    (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"share": 0.9}, "c": 2}))
-    assert_usage_error("pipelines.synthesize", args, "nothing is left for aim")
 
 
 def test_evaluate_needs_the_manifest_that_states_private_edges(tmp_path):

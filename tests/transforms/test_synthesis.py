@@ -88,6 +88,17 @@ def test_cost_is_rho_for_aim_and_pure_epsilon_for_mwem_and_blr():
         assert step.cost == Release.pure(0.5, f"synthetic data by {method}") and step.delta == 0.0
 
 
+def test_aim_beside_other_releases_takes_the_route_that_leaves_it_more_and_costs_what_that_route_charges():
+    edges = [Release.exponential_mechanism(0.3, "edges")]
+    step = PrivateSynthesis(method="aim", domain=DOMAIN, epsilon=1.0, delta=1e-9, elsewhere=edges)
+    assert step.share.route == "basic" and step.rho == epsilon_to_zcdp(0.7, delta=1e-9)
+    assert step.cost == Release.approximate(0.7, 1e-9, "synthetic data by aim")
+    with pytest.raises(ValueError, match="elsewhere is for aim"):
+        PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=1.0, elsewhere=edges)
+    with pytest.raises(ValueError, match="nothing is left for synthetic data by aim"):
+        PrivateSynthesis(domain=DOMAIN, epsilon=1.0, delta=1e-9, elsewhere=[Release.exponential_mechanism(1.0, "e")])
+
+
 def test_the_family_is_what_the_data_pass_must_count():
     assert PrivateSynthesis(domain=DOMAIN, epsilon=1, delta=1e-9).family.marginals == [("a", "b", "c")]
     two_way = PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=1, degree=2).family.marginals
