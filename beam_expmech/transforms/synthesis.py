@@ -24,13 +24,18 @@ import numpy as np
 from beam_expmech import parameters
 from beam_expmech.accounting import Release, ZcdpShare, zcdp_beside
 from beam_expmech.grids import NumericGrid
+from beam_expmech.io import writers
 from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
-from beam_expmech.synth import aim, blr, mwem
+from beam_expmech.synth import MAX_MEMORY, aim, blr, mwem, row_fitting
 from beam_expmech.synth.row_fitting import synthetic_rows
 
 METHODS = ("aim", "mwem", "blr")
 MAX_WORKLOAD_CELLS = 50_000_000  # the summed counts of every marginal, held by one worker
+DEFAULT_MAX_SYNTHETIC_ROWS = 10_000_000
+"""Without ``rows``, the most rows drawn (the noisy size is capped at it), or fewer where those would not fit
+in ``MAX_MEMORY`` beside the generator: a public maximum, so the cap is post-processing."""
+NUMBERS_ROW_BYTES = 160  # numbers_in_bins' working arrays, a row of one column (about 14 words measured)
 
 
 def numbers_in_bins(grid: NumericGrid, codes: np.ndarray, *, source: RandomSource) -> np.ndarray:
@@ -68,6 +73,11 @@ class PrivateSynthesis(beam.PTransform):
     full-domain histogram and needs ``rows``.
     ``grids``: the public grid of each numeric column (its domain size is the grid's bins): the
     column's codes become numbers drawn inside their bins (``numbers_in_bins``, post-processing).
+    Without ``rows``, the rows drawn are the generator's noisy size (a release), capped at
+    ``max_synthetic_rows`` (default: ``DEFAULT_MAX_SYNTHETIC_ROWS`` or the most that fit), a public
+    maximum: post-processing. ``memory``: the bytes the step holds at most, for those rows: the
+    generator's, its rows' (``row_fitting.memory_bound``) and the release's, written in chunks where it
+    is drawn; over ``MAX_MEMORY`` it is refused when built, before any budget is spent.
     ``seed`` is for tests only (not private).
     """
 
@@ -80,6 +90,7 @@ class PrivateSynthesis(beam.PTransform):
         delta: float = 0.0,
         degree: int | None = None,
         rows: int | None = None,
+        max_synthetic_rows: int | None = None,
         rounds: int | None = None,
         max_rows: int = 1,
         grids: dict[str, NumericGrid] | None = None,
@@ -110,22 +121,57 @@ class PrivateSynthesis(beam.PTransform):
         self.share: ZcdpShare | None = None
         if method == "aim":
             self.share = zcdp_beside(self.epsilon, self.delta, list(elsewhere), "synthetic data by aim")
+        if max_synthetic_rows is not None and self.rows is not None:
+            raise ValueError("max_synthetic_rows caps the noisy size, drawn only without rows")
         columns = list(self.domain)
         if method == "blr":
             if self.rows is None:
                 raise ValueError("blr needs rows: the synthetic dataset's size")
-            self.memory = blr.check_parameters(list(self.domain.values()), rows=self.rows, max_rows=self.max_rows)
+            generator = blr.check_parameters(list(self.domain.values()), rows=self.rows, max_rows=self.max_rows)
             self.family = MarginalWorkload([tuple(columns)], self.domain)
-            return
-        degree = min(3, len(columns)) if degree is None else degree
-        degree = parameters.count(degree, "degree", at_most=len(columns), of="columns")
-        self.family = MarginalWorkload(list(itertools.combinations(columns, degree)), self.domain)
-        if self.family.num_candidates > MAX_WORKLOAD_CELLS:
-            raise ValueError(f"the {degree}-way marginals have {self.family.num_candidates:,} cells: too many to hold")
-        check = aim.check_parameters if method == "aim" else mwem.check_parameters
-        if method == "mwem":
-            self.rounds = self.rounds or mwem.DEFAULT_ROUNDS
-        self.memory = check(self.domain, self.family.marginals, rounds=self.rounds, max_rows=self.max_rows)
+
+            def rows_bytes(rows: int) -> int:
+                return 0  # blr.check_parameters counts its rows
+
+        else:
+            degree = min(3, len(columns)) if degree is None else degree
+            degree = parameters.count(degree, "degree", at_most=len(columns), of="columns")
+            self.family = MarginalWorkload(list(itertools.combinations(columns, degree)), self.domain)
+            if self.family.num_candidates > MAX_WORKLOAD_CELLS:
+                raise ValueError(
+                    f"the {degree}-way marginals have {self.family.num_candidates:,} cells: too many to hold"
+                )
+            check = aim.check_parameters if method == "aim" else mwem.check_parameters
+            if method == "mwem":
+                self.rounds = self.rounds or mwem.DEFAULT_ROUNDS
+            generator = check(self.domain, self.family.marginals, rounds=self.rounds, max_rows=self.max_rows)
+            rows_bytes = row_fitting.memory_bound(self.domain, self.family.marginals)
+
+        def needed(rows: int) -> int:
+            return generator + rows_bytes(rows) + self._release_bytes(rows)
+
+        self.max_synthetic_rows = None
+        if self.rows is None and max_synthetic_rows is not None:
+            self.max_synthetic_rows = parameters.count(max_synthetic_rows, "max_synthetic_rows")
+        elif self.rows is None:
+            self.max_synthetic_rows = _most(lambda rows: needed(rows) <= MAX_MEMORY, DEFAULT_MAX_SYNTHETIC_ROWS)
+        drawn = self.rows or self.max_synthetic_rows
+        self.memory = needed(drawn)
+        if self.memory > MAX_MEMORY:
+            raise ValueError(
+                f"{method}: {drawn:,} synthetic rows of {len(columns)} columns would hold about "
+                f"{self.memory / 2**30:,.1f} GiB with the generator, over the limit of {MAX_MEMORY / 2**30:g} GiB: "
+                "draw fewer rows"
+            )
+
+    def _release_bytes(self, rows: int) -> int:
+        """What the release of ``rows`` rows holds at most beside its generator and the rows' search (whose table of
+        codes it keeps): each numeric column's numbers (8 bytes a row) and, one column at a time,
+        ``numbers_in_bins``' working arrays; then the buffers of a write of the table a chunk of rows at a time,
+        in the same step (``writers.write_table_atomically``, as ``pipelines.synthesize`` writes it). A pipeline
+        that hands the table to another stage holds what its runner copies on the way besides."""
+        numbers = rows * (8 * len(self.grids) + (NUMBERS_ROW_BYTES if self.grids else 0))
+        return numbers + writers.TABLE_WRITER_BYTES
 
     @property
     def rho(self) -> float:
@@ -169,9 +215,11 @@ class PrivateSynthesis(beam.PTransform):
             )
             # The rounds run: MWEM runs fewer than asked where the noisy size cannot carry them (post-processing)
             details = {"rounds": len(result.measured), "rounds_asked": self.rounds}
-        rows = self.rows or result.rows
+        rows = self.rows or min(result.rows, self.max_synthetic_rows)  # a public cap on a released size
         source = random_source(None if self.seed is None else self.seed + 1)
         codes = synthetic_rows(result.model, self.domain, self.family.marginals, rows, source=source)
+        if self.rows is None:
+            details["max_synthetic_rows"] = self.max_synthetic_rows
         return self._numbers(codes, source), details | {"rows": rows, "measured": [list(m) for m in result.measured]}
 
     def _numbers(self, table: dict[str, np.ndarray], source: RandomSource) -> dict[str, np.ndarray]:
@@ -181,3 +229,15 @@ class PrivateSynthesis(beam.PTransform):
     def expand(self, counts):
         # col: one vector of every workload cell -> col: one (columns, details)
         return counts | "Synthesize" >> beam.Map(self.synthesize)
+
+
+def _most(fits: Callable[[int], bool], most: int) -> int:
+    """The largest n from 1 to ``most`` with ``fits(n)`` (true up to some n, false beyond: memory grows with
+    rows), by bisection; 1 where none fits (the memory check then refuses it)."""
+    if fits(most):
+        return most
+    low, high = 1, most  # fits(high) is false
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low

@@ -17,11 +17,12 @@ from public_tables import DATA
 
 from beam_expmech.accounting import Release, compose, epsilon_to_zcdp, zcdp_to_epsilon
 from beam_expmech.grids import NumericGrid
+from beam_expmech.io import writers
 from beam_expmech.ledger import Ledger, budget_of
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.transforms import PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
-from pipelines import evaluate_synthetic, synthesize
+from pipelines import evaluate_synthetic, job, synthesize
 
 NLTCS = DATA / "nltcs"
 
@@ -105,6 +106,8 @@ def test_values_outside_the_domain_go_to_the_dead_letter(tmp_path):
         ({"--delta": "1.5"}, "--delta"),
         ({"--method": "gan"}, "invalid choice"),
         ({"--workload-degree": "20"}, "workload-degree"),
+        ({"--rows": "10", "--max-synthetic-rows": "5"}, "--max-synthetic-rows caps the noisy size"),
+        ({"--max-synthetic-rows": "0"}, "--max-synthetic-rows"),
     ],
 )
 def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
@@ -145,6 +148,62 @@ def test_a_run_its_generator_would_refuse_stops_before_the_charge(tmp_path, doma
             **flags}  # fmt: skip
     assert_usage_error("pipelines.synthesize", args, message)
     assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
+def test_rows_the_run_cannot_hold_are_refused_before_the_charge_even_in_a_dry_run(tmp_path):
+    """Issue 34: a dry run of 10^9 rows said "at most 16 MiB" (the generator alone), and the run needed 16 GB
+    or more once charged. The synthetic table, its search and its write are counted, before any budget."""
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(NLTCS / "nltcs.csv"), "--domain": str(NLTCS / "domain.json"), "--columns": columns(4),
+            "--epsilon": "1", "--rows": "1000000000", "--output": str(tmp_path / "s.csv")}  # fmt: skip
+    refused = "aim: 1,000,000,000 synthetic rows of 4 columns would hold about"
+    with pytest.raises(ValueError, match=refused):
+        synthesize.main([x for kv in args.items() for x in kv] + ["--dry-run"])
+    assert_usage_error("pipelines.synthesize", args | {"--budget-ledger": ledger.path, "--dataset-id": "d"}, refused)
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
+def test_the_noisy_size_is_capped_at_max_synthetic_rows_which_the_manifest_states(tmp_path):
+    out = tmp_path / "s.csv"
+    args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(4),
+            "--epsilon", "1", "--method", "mwem", "--rounds", "2", "--max-synthetic-rows", "500", "--seed", "3",
+            "--output", str(out)]  # fmt: skip
+    assert synthesize.main(args) == 0  # the noisy size of 21,574 rows, capped
+    manifest = json.loads((tmp_path / "s.manifest.json").read_text())
+    assert manifest["rows"] == manifest["max_synthetic_rows"] == 500 == pacsv.read_csv(out).num_rows
+
+
+def test_the_table_is_written_in_chunks_where_it_is_drawn_then_moved_to_the_output_last(tmp_path, monkeypatch):
+    """Row groups of about writers.TABLE_CHUNK_BYTES (here 1,000 rows), never the whole table as one; the same
+    table as written in one chunk, and nothing left beside it but the manifest and the dead letter."""
+    args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(4),
+            "--epsilon", "1", "--rows", "3000", "--seed", "3"]  # fmt: skip
+    assert synthesize.main([*args, "--output", str(tmp_path / "whole" / "s.parquet")]) == 0
+    monkeypatch.setattr(writers, "TABLE_CHUNK_BYTES", 4 * 32 * 1_000)  # 32 bytes a column of codes
+    assert synthesize.main([*args, "--output", str(tmp_path / "chunks" / "s.parquet")]) == 0
+    chunked = pq.ParquetFile(tmp_path / "chunks" / "s.parquet")
+    assert chunked.num_row_groups == 3 and chunked.read().equals(pq.read_table(tmp_path / "whole" / "s.parquet"))
+    assert sorted(p.name for p in (tmp_path / "chunks").iterdir()) == [
+        "s.dead_letter.csv", "s.manifest.json", "s.parquet"
+    ]  # fmt: skip
+
+
+def test_a_job_that_fails_after_drawing_the_table_releases_nothing_and_leaves_no_staged_table(tmp_path, monkeypatch):
+    def lost(staged, output):
+        assert (tmp_path / ".staged-s.csv").exists()  # drawn and written, not yet released
+        raise OSError("the publishing worker was lost (injected)")
+
+    monkeypatch.setattr(synthesize, "publish", lost)
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(3),
+            "--epsilon", "1", "--rows", "100", "--seed", "3", "--output", str(tmp_path / "s.csv"),
+            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+    with pytest.raises(job.JobFailedError, match="OSError"):
+        synthesize.main(args)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("s.", ".staged"))) == ["s.dead_letter.csv"]
+    assert [r["status"] for r in ledger.dataset("d")["releases"]] == ["failed"]  # the charge kept
 
 
 def test_a_labelled_domain_reads_and_writes_labels(tmp_path):
