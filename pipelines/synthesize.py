@@ -34,6 +34,7 @@ import contextlib
 import math
 import posixpath
 import sys
+import uuid
 
 import apache_beam as beam
 import numpy as np
@@ -119,10 +120,10 @@ def _as_array(values) -> pa.Array:
 
 
 def staged_path(output: str) -> str:
-    """Where the step that draws the synthetic table writes it (hidden, beside OUT): the job's last step, once
-    the dead letter is written, moves it to OUT."""
+    """Where the step that draws the synthetic table writes it (hidden, beside OUT, a name of this run's own):
+    the job's last step, once the dead letter is written, moves it to OUT."""
     folder, name = posixpath.split(output)
-    return posixpath.join(folder, f".staged-{name}")
+    return posixpath.join(folder, f".staged-{uuid.uuid4().hex[:16]}-{name}")
 
 
 def stage_table(payload, path: str, labels: dict[str, tuple[str, ...]]) -> tuple[str, dict]:
