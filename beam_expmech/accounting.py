@@ -97,6 +97,51 @@ def compose(releases: list[Release], label: str) -> Release:
     )
 
 
+@dataclass(frozen=True)
+class ZcdpShare:
+    """What a zCDP mechanism may spend in a run's (epsilon, delta) budget beside the run's other releases:
+    its ``rho``, the ``route`` that gives it (``zcdp_beside``), and ``release``, its own charge on that route."""
+
+    rho: float
+    route: str
+    release: Release
+
+
+def zcdp_beside(epsilon: float, delta: float, others: list[Release], label: str) -> ZcdpShare:
+    """The larger rho a zCDP mechanism may spend in one (``epsilon``, ``delta``) budget with ``others``, by the
+    better of two routes, each composing to (epsilon, delta)-DP:
+
+    - ``"zcdp"`` (every other release has a rho): the rhos add up, so the mechanism gets the rho of
+      (epsilon, delta) less the others' rhos, and is charged as a rho-zCDP release;
+    - ``"basic"`` (every other release pure): the epsilons add up (basic composition), so the mechanism gets
+      the rho of (epsilon - their epsilons, delta), and is charged as that (epsilon', delta)-DP release,
+      which its rho-zCDP implies.
+
+    An exponential mechanism of epsilon_e is both epsilon_e-DP and epsilon_e^2/8-zCDP; against the rho of a
+    small (epsilon, delta), epsilon_e^2/8 is large (at epsilon 1, delta 1e-9 a share 0.3 takes 75% of rho), and
+    basic composition leaves more. The choice reads public parameters only. With no other release, or a tie,
+    the route is "zcdp". A ValueError when neither route leaves any rho.
+    """
+    epsilon = parameters.positive_finite(epsilon, "epsilon")
+    delta = parameters.probability(delta, "delta")
+    shares = []
+    if all(r.rho is not None for r in others):
+        rho = epsilon_to_zcdp(epsilon, delta=delta) - math.fsum(r.rho for r in others)
+        if rho > 0:
+            shares.append(ZcdpShare(rho, "zcdp", Release.zcdp(rho, label)))
+    rest = epsilon - math.fsum(r.epsilon or 0.0 for r in others)
+    if others and all(r.epsilon is not None and r.delta == 0 for r in others) and rest > 0:
+        try:
+            rho = epsilon_to_zcdp(rest, delta=delta)
+        except ValueError:  # no rho > 0 fits what is left
+            rho = 0.0
+        if rho > 0:
+            shares.append(ZcdpShare(rho, "basic", Release.approximate(rest, delta, label)))
+    if not shares:
+        raise ValueError(f"the other releases spend all of the (epsilon, delta) budget: nothing is left for {label}")
+    return max(shares, key=lambda share: share.rho)  # the first, "zcdp", on a tie
+
+
 class BudgetExceededError(RuntimeError):
     """A release would take a budget past its total; nothing was charged."""
 

@@ -1,7 +1,7 @@
 """Private synthetic data: one Beam pass counts the workload's marginals, a generator makes the rows.
 
     python -m pipelines.synthesize --input PATH --domain DOMAIN.json --epsilon E [--delta D]
-        [--method aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N] [--rounds R]
+        [--method aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N | --max-synthetic-rows M] [--rounds R]
         [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
 
 DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1) or
@@ -17,7 +17,10 @@ in a first data pass), stated in the manifest; the generator spends the rest, an
 charged once for both passes.
 
 The pass counts, in one go, every k-way marginal of the columns (aim, mwem) or the full-domain
-histogram (blr); the generator touches those counts only through mechanisms, then samples rows.
+histogram (blr); the generator touches those counts only through mechanisms, then samples rows:
+--rows of them, or its noisy size capped at --max-synthetic-rows (a public maximum). The memory all
+that holds, the table's included, is checked before any budget is spent; the table is written in
+chunks by the step that draws it, and moved to OUT by the job's last step.
 aim (the default) is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are
 pure epsilon-DP. The output keeps the columns and codes (labels, numbers); OUT.manifest.json
 beside it says what was spent, which marginals were measured (private outputs, so releasable)
@@ -27,14 +30,15 @@ and each numeric column's grid.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import posixpath
 import sys
+import uuid
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from beam_expmech import parameters
@@ -78,6 +82,12 @@ def build_parser() -> flags.ArgumentParser:
     )
     parser.add_argument("--columns", help="comma-separated subset of the domain's columns (default: all)")
     parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size; required for blr)")
+    parser.add_argument(
+        "--max-synthetic-rows",
+        type=int,
+        help="without --rows, the most rows drawn: the noisy size is capped at it (default 10,000,000, or "
+        "fewer where those would not fit in the generator's memory; the dry run and the manifest state it)",
+    )
     parser.add_argument("--rounds", type=int, help="mwem: rounds (default 20); aim: first rounds' budget share")
     parser.add_argument("--output", required=True, help="OUT.parquet or OUT.csv (local or gs://)")
     return parser
@@ -109,22 +119,46 @@ def _as_array(values) -> pa.Array:
     return pa.array(values if values.dtype.kind == "f" else values.astype(np.int64, copy=False))
 
 
-def write_outputs(payload, output: str, labels: dict[str, tuple[str, ...]]) -> None:
-    """The table (Parquet or CSV by extension), then the manifest, each written atomically.
+def staged_path(output: str) -> str:
+    """Where the step that draws the synthetic table writes it (hidden, beside OUT, a name of this run's own):
+    the job's last step, once the dead letter is written, moves it to OUT."""
+    folder, name = posixpath.split(output)
+    return posixpath.join(folder, f".staged-{uuid.uuid4().hex[:16]}-{name}")
+
+
+def stage_table(payload, path: str, labels: dict[str, tuple[str, ...]]) -> tuple[str, dict]:
+    """The synthetic table written to ``path`` (Parquet or CSV by its extension), atomically, a chunk of rows at a
+    time (``writers.write_table_atomically``: Parquet row groups, pieces of CSV), in the step that drew it: so
+    that the whole table is held once, never again as bytes, nor encoded and decoded by Beam on its way to the
+    job's last step, which gets (``path``, the manifest) instead.
 
     Columns the domain file labels are written as labels, numeric columns as their numbers (int64 or
-    float64), the others as their int codes.
+    float64), the others as their int codes (int64).
     """
     columns, manifest = payload
-    arrays = {c: _as_array(v) for c, v in columns.items()}
-    table = pa.table({c: pa.array(labels[c]).take(v) if c in labels else v for c, v in arrays.items()})
-    if output.lower().endswith(".csv"):
-        data = writers.table_to_csv(table)
-    else:
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink)
-        data = sink.getvalue().to_pybytes()
-    writers.write_atomically(output, data)
+    names = list(columns)
+    rows = len(columns[names[0]])
+    kinds = {c: pa.string() if c in labels else _as_array(columns[c][:0]).type for c in names}
+    taken = {c: pa.array(labels[c]) for c in names if c in labels}
+    # A row's bytes at most, as Arrow's arrays or as CSV text: a number's 24 characters, a label quoted with
+    # its quotes doubled; so a chunk stays near writers.TABLE_CHUNK_BYTES however wide the rows.
+    row_bytes = sum(32 + (2 * max(len(v.encode()) for v in labels[c]) if c in labels else 0) for c in names)
+    step = writers.table_chunk_rows(row_bytes)
+
+    def chunks():
+        for start in range(0, max(rows, 1), step):  # one chunk even of no rows: the header
+            arrays = {c: _as_array(columns[c][start : start + step]) for c in names}
+            yield pa.table({c: taken[c].take(v) if c in taken else v for c, v in arrays.items()})
+
+    writers.write_table_atomically(path, pa.schema(list(kinds.items())), chunks())
+    return path, manifest
+
+
+def publish(staged: tuple[str, dict], output: str) -> None:
+    """The job's last step: the staged table moved to OUT (``writers.rename_atomically``), then the manifest
+    written beside it, atomically."""
+    path, manifest = staged
+    writers.rename_atomically(path, output)
     writers.write_json(manifest_path(output), manifest)
 
 
@@ -160,6 +194,28 @@ def _released_quantiles(
     return np.array(list(values.values()), dtype=np.float64)
 
 
+def _composition(step: PrivateSynthesis, edges: dict) -> dict:
+    """AIM beside private edges: the route its rho took (``accounting.zcdp_beside``), the edges' epsilon and
+    rho, and AIM's rho (public parameters), for the manifest and the dry run; {} otherwise."""
+    if step.share is None or not edges:
+        return {}
+    epsilon, rho = math.fsum(e.cost.epsilon for e in edges.values()), math.fsum(e.cost.rho for e in edges.values())
+    if step.share.route == "basic":
+        rule = (f"basic composition: the edges epsilon={epsilon:g}-DP, AIM rho={step.rho:g}-zCDP, hence "
+                f"(epsilon={step.cost.epsilon:g}, delta={step.delta:g})-DP; the epsilons add")  # fmt: skip
+    else:
+        rule = f"zCDP: the edges rho={rho:g} (epsilon={epsilon:g}), AIM rho={step.rho:g}; the rhos add"
+    return {"route": step.share.route, "rule": rule, "edges_epsilon": epsilon, "edges_rho": rho, "aim_rho": step.rho}
+
+
+def _guarantee(step: PrivateSynthesis) -> str:
+    if step.share is None:
+        return "pure epsilon-DP"
+    if step.share.route == "basic":
+        return "rho-zCDP, hence (epsilon less the edges', delta)-DP; with the edges', (epsilon, delta)-DP"
+    return "rho-zCDP, hence (epsilon, delta)-DP"
+
+
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     flags.check_unit_flags(args)
@@ -168,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         parameters.probability(args.delta, "--delta")
     described = domain_files.read_domain(args.domain)
     columns = args.columns.split(",") if args.columns else list(described)
+    repeated = [c for i, c in enumerate(columns) if c in columns[:i]]
+    if repeated:  # the table would hold it once, while the line and the manifest counted it twice
+        raise ValueError(f"--columns names {repeated[0]!r} more than once")
     unknown = [c for c in columns if c not in described]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} is not in the domain file {args.domain}")
@@ -177,9 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     # built: all before any budget is spent.
     if args.method == "blr" and args.rows is None:
         raise ValueError("--rows is required with --method blr (the synthetic dataset's size)")
-    for flag, value in (("--rows", args.rows), ("--rounds", args.rounds)):
+    for flag, value in (
+        ("--rows", args.rows),
+        ("--rounds", args.rounds),
+        ("--max-synthetic-rows", args.max_synthetic_rows),
+    ):
         if value is not None:
             parameters.count(value, flag)
+    if args.rows is not None and args.max_synthetic_rows is not None:
+        raise ValueError("--max-synthetic-rows caps the noisy size, drawn only without --rows: give one of them")
     if args.method != "blr" and args.workload_degree is not None:
         parameters.count(args.workload_degree, "--workload-degree", at_most=len(columns), of="columns")
     # A numeric column's grid: integer or float, from the input's schema (no row read).
@@ -187,16 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     numeric, private = domain_files.grids(described), domain_files.private_grids(described)
     max_rows = rows_per_unit(args.max_rows_per_unit)
     edges = _edge_steps(args, private, max_rows)  # rehearsed when built, like every step
-    epsilon, rho_elsewhere = args.epsilon, 0.0  # what the generator may spend: what the edges leave
-    if edges and args.method == "aim":
-        rho_elsewhere = math.fsum(e.cost.rho for e in edges.values())
+    epsilon, elsewhere = args.epsilon, []  # what the generator may spend: what the edges leave
+    if edges and args.method == "aim":  # AIM's rho beside the edges' releases, by the better route
+        elsewhere = [e.cost for e in edges.values()]
     elif edges:
         epsilon = args.epsilon * (1 - math.fsum(p.share for p in private.values()))
 
     def synthesis(grids: dict[str, NumericGrid]) -> PrivateSynthesis:
         return PrivateSynthesis(method=args.method, domain=domain, epsilon=epsilon, delta=args.delta,
-                                degree=args.workload_degree, rows=args.rows, rounds=args.rounds, max_rows=max_rows,
-                                grids=grids, rho_elsewhere=rho_elsewhere, seed=args.seed,
+                                degree=args.workload_degree, rows=args.rows, max_synthetic_rows=args.max_synthetic_rows,
+                                rounds=args.rounds, max_rows=max_rows,
+                                grids=grids, elsewhere=elsewhere, seed=args.seed,
                                 progress=_progress_bar() if sys.stderr.isatty() else None)  # fmt: skip
 
     step = synthesis(numeric)  # its checks before any budget; built again with the released edges' grids
@@ -215,10 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     labels = {c: v for c, v in described.items() if isinstance(v, tuple)}
     plan = {"method": args.method, "epsilon": args.epsilon, "delta": delta, "columns": columns,
             "workload": f"{len(family.marginals)} marginals, {family.num_candidates:,} cells",
-            "generator memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
+            "synthetic rows": f"{args.rows:,}" if args.rows else f"the noisy size, at most {step.max_synthetic_rows:,}",
+            "memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
     if edges:
         plan["private bin edges"] = ", ".join(f"{c}: {private[c].count} bins, epsilon {e.epsilon:g}"
                                               for c, e in edges.items())  # fmt: skip
+    composition = _composition(step, edges)
+    if composition:
+        plan["composition"] = composition["rule"]
     if budget.dry_run(args, cost, files, plan):
         return 0
     runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
@@ -237,18 +307,30 @@ def main(argv: list[str] | None = None) -> int:
             delta=delta,
             accuracy=None,
             method=args.method,
-            guarantee="rho-zCDP, hence (epsilon, delta)-DP" if args.method == "aim" else "pure epsilon-DP",
+            guarantee=_guarantee(step),
             columns=columns,
+            **({"composition": composition} if composition else {}),
             **({"numeric": stated} if numeric else {}),
         )
-        release = GatherCounts() | step | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))
-        job.run_counting_job(
-            args,
-            beam_args,
-            job.CountingJob(files, column_specs(), family, release),
-            write=lambda p: write_outputs(p, output, labels),
-            dead_letter=args.dead_letter,
+        staged = staged_path(output)
+        release = (
+            GatherCounts()
+            | step
+            | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))
+            | "Stage" >> beam.Map(stage_table, staged, labels)  # in the step that drew it: no copy through Beam
         )
+        try:
+            job.run_counting_job(
+                args,
+                beam_args,
+                job.CountingJob(files, column_specs(), family, release),
+                write=lambda p: publish(p, output),
+                dead_letter=args.dead_letter,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):  # a staged table the failed job never published
+                FileSystems.delete([staged])
+            raise
     manifest = job.read_release(manifest_path(output))
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
     print(

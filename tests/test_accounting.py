@@ -13,6 +13,7 @@ from beam_expmech.accounting import (
     Release,
     compose,
     epsilon_to_zcdp,
+    zcdp_beside,
     zcdp_to_epsilon,
 )
 from beam_expmech.mechanisms import top_k
@@ -258,3 +259,34 @@ def test_compose_adds_what_each_release_spends():
     assert aim.epsilon is None and aim.rho == 0.1 + 0.5**2 / 8
     with pytest.raises(ValueError, match="at least one"):
         compose([], "run")
+
+
+def test_a_zcdp_mechanism_beside_pure_releases_gets_the_larger_rho_of_the_two_routes_and_its_charge_fits():
+    """At epsilon 1, delta 1e-9, an exponential mechanism of 0.3 is 0.01125-zCDP, 75% of the budget's rho: basic
+    composition (the mechanism pure, the zCDP one converted at epsilon 0.7) leaves it 2.03 times more rho."""
+    edges = [Release.exponential_mechanism(0.3, "edges")]
+    share = zcdp_beside(1.0, 1e-9, edges, "aim")
+    by_zcdp = epsilon_to_zcdp(1.0, delta=1e-9) - 0.3**2 / 8
+    assert share.route == "basic" and share.rho == epsilon_to_zcdp(0.7, delta=1e-9)
+    assert share.rho == pytest.approx(2.03 * by_zcdp, rel=0.01)
+    assert share.release == Release.approximate(0.7, 1e-9, "aim")
+    # Split over two columns' edges, 0.2 and 0.1 cost (0.04 + 0.01) / 8 in rho: the zCDP route leaves more
+    split = [Release.exponential_mechanism(0.2, "edges of a"), Release.exponential_mechanism(0.1, "edges of b")]
+    two = zcdp_beside(1.0, 1e-9, split, "aim")
+    assert two.route == "zcdp" and two.rho == pytest.approx(epsilon_to_zcdp(1.0, delta=1e-9) - 0.05 / 8)
+    assert two.rho > epsilon_to_zcdp(0.7, delta=1e-9) and two.release == Release.zcdp(two.rho, "aim")
+    assert zcdp_beside(1.0, 1e-9, [], "aim").rho == epsilon_to_zcdp(1.0, delta=1e-9)
+    for chosen, others in ((share, edges), (two, split)):
+        budget = PrivacyBudget(epsilon=1.0, delta=1e-9)
+        budget.charge(compose([chosen.release, *others], "run"))  # fits: one charge for the run
+        assert budget.spent() == pytest.approx(1.0)
+        with pytest.raises(BudgetExceededError):  # and nothing more does
+            budget.charge(Release.exponential_mechanism(0.01, "more"))
+
+
+def test_a_zcdp_mechanism_beside_releases_that_spend_the_budget_is_refused():
+    with pytest.raises(ValueError, match="nothing is left for aim"):
+        zcdp_beside(1.0, 1e-9, [Release.exponential_mechanism(1.0, "edges")], "aim")
+    # an approximate release has no rho and is not pure: neither route holds it
+    with pytest.raises(ValueError, match="nothing is left for aim"):
+        zcdp_beside(1.0, 1e-6, [Release.approximate(0.1, 1e-7, "keys")], "aim")

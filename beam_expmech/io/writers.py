@@ -2,40 +2,96 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+TABLE_CHUNK_BYTES = 2**24
+"""What ``table_chunk_rows`` aims a chunk of a table at: its arrays, in Arrow's layout or as CSV text."""
+TABLE_WRITER_BYTES = 4 * TABLE_CHUNK_BYTES + 2 * 16 * 2**20
+"""What ``write_table_atomically`` holds at most beside the rows it is handed: a chunk's arrays, its encoding
+(Parquet pages and their compressed copy, or CSV text) and the file's buffers (gs:// uploads 16 MiB pieces)."""
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` so that ``path`` is either absent, as before, or complete.
 
-    Locally: a temporary file in the same folder, flushed, renamed over ``path``, and the
-    folder flushed too (a rename lives in the folder: without that, a power cut can undo it,
-    and a ledger reservation made before data was read would vanish). On gs:// a single
-    object upload, which the service makes visible only when finished.
+def _remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+@contextlib.contextmanager
+def open_atomically(path: str) -> Iterator[BinaryIO]:
+    """A binary handle whose bytes appear at ``path`` only once the block ends without an exception, all of
+    them: until then ``path`` is absent, or as before. For writes too large to hold in memory at once.
+
+    Locally: a temporary file in the same folder, flushed, renamed over ``path``, and the folder flushed too
+    (a rename lives in the folder: without that, a power cut can undo it, and a ledger reservation made
+    before data was read would vanish); on an exception the temporary file is removed. On gs:// one
+    resumable upload, which the service makes visible only when it is finished: on an exception it is
+    cancelled (the handle's exit), and a process that dies mid-way never finishes it.
     """
-    if "://" in path and not path.startswith("file://"):
+    if _remote(path):
         with FileSystems.create(path) as handle:
-            handle.write(data)
+            yield handle
         return
     path = path.removeprefix("file://")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=folder, prefix=".tmp-", delete=False) as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(handle.name, path)
+        try:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException:
+            handle.close()
+            os.unlink(handle.name)
+            raise
+    try:
+        os.replace(handle.name, path)
+    except BaseException:
+        os.unlink(handle.name)
+        raise
     folder_handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(folder_handle)
     finally:
         os.close(folder_handle)
+
+
+def rename_atomically(source: str, path: str) -> None:
+    """Move the complete file ``source`` to ``path``, so that ``path`` is either as before or that whole file.
+
+    Locally ``os.replace`` (both in one folder, as a file written beside its destination is), then the folder
+    flushed; on gs:// Beam's rename: a server-side copy, which the service makes visible only once complete,
+    then ``source`` deleted.
+    """
+    if _remote(path):
+        FileSystems.rename([source], [path])
+        return
+    path = path.removeprefix("file://")
+    os.replace(source.removeprefix("file://"), path)
+    folder_handle = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(folder_handle)
+    finally:
+        os.close(folder_handle)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` so that ``path`` is either absent, as before, or complete (``open_atomically``; on gs://
+    a single object upload, which the service makes visible only when finished)."""
+    if _remote(path):
+        with FileSystems.create(path) as handle:
+            handle.write(data)
+        return
+    with open_atomically(path) as handle:
+        handle.write(data)
 
 
 def write_json(path: str, payload: dict) -> None:
@@ -46,3 +102,21 @@ def table_to_csv(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pacsv.write_csv(table, sink)
     return sink.getvalue().to_pybytes()
+
+
+def table_chunk_rows(row_bytes: int) -> int:
+    """Rows a chunk of a table holds when each takes up to ``row_bytes`` bytes: ``TABLE_CHUNK_BYTES`` of them,
+    at least one row."""
+    return max(1, TABLE_CHUNK_BYTES // max(1, row_bytes))
+
+
+def write_table_atomically(path: str, schema: pa.Schema, chunks: Iterable[pa.Table]) -> None:
+    """The ``chunks`` of a table (each of ``schema``) written one at a time to ``path``, Parquet or CSV by its
+    extension (a Parquet row group, a piece of CSV each; one header), atomically (``open_atomically``): the
+    whole table is never held at once, neither as arrays nor as bytes."""
+    with open_atomically(path) as handle:
+        csv = path.lower().endswith(".csv")
+        # The writer's close (Parquet's footer) leaves the handle open, for open_atomically to finish
+        with pacsv.CSVWriter(handle, schema) if csv else pq.ParquetWriter(handle, schema) as writer:
+            for chunk in chunks:
+                writer.write_table(chunk)

@@ -30,6 +30,7 @@ from beam_expmech import parameters
 from beam_expmech.mechanisms.exponential import exponential_mechanism, selection_probabilities
 from beam_expmech.mechanisms.randomness import RandomLike, random_source
 from beam_expmech.synth import check_memory
+from beam_expmech.synth.sampling import code_dtype, split_cells
 
 DEFAULT_MAX_CANDIDATES = 1_000_000
 
@@ -83,7 +84,7 @@ def check_parameters(
     The pipeline calls it before it spends any budget, the generator before it starts. A
     ValueError when an argument is bad, the candidates exceed ``max_candidates``, or the
     arrays (candidates x cells, cells x queries, and three of candidates x queries while
-    scoring) exceed ``MAX_MEMORY``.
+    scoring), and the synthetic rows drawn (``histogram_to_rows``) exceed ``MAX_MEMORY``.
     """
     domain = [parameters.count(size, "domain size") for size in domain]
     rows = parameters.count(rows, "rows")
@@ -95,6 +96,8 @@ def check_parameters(
     # candidates, the cells' codes, 3 (candidates x queries) while scoring, the queries (as bools, then int64),
     # and the mechanism's few arrays of one entry per candidate
     arrays = 8 * (count * cells + cells * len(domain) + 3 * count * queries + 8 * count) + 9 * cells * queries
+    # the rows: each one's cell and a column split off it (two words), its codes as split and as stacked
+    arrays += rows * (16 + 2 * len(domain) * code_dtype(max(domain)).itemsize)
     return check_memory(
         arrays, f"BLR over {cells:,} cells, rows = {rows}", "use fewer rows or columns, or another method"
     )
@@ -159,6 +162,8 @@ def blr_synthesize(
 
 
 def histogram_to_rows(histogram: np.ndarray, domain: Sequence[int]) -> np.ndarray:
-    """The synthetic rows (codes per column) of a histogram over C-order cells, one row per unit of count."""
+    """The synthetic rows (codes per column, in the narrowest type holding every column's) of a histogram over
+    C-order cells, one row per unit of count."""
     cells = np.repeat(np.arange(histogram.size), histogram)
-    return np.stack(np.unravel_index(cells, tuple(domain)), axis=1)
+    dtype = code_dtype(max(domain))
+    return np.stack([codes.astype(dtype, copy=False) for codes in split_cells(cells, list(domain))], axis=1)

@@ -21,7 +21,7 @@ import numpy as np
 
 from beam_expmech.mechanisms.randomness import RandomSource
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement
-from beam_expmech.synth.sampling import allocate
+from beam_expmech.synth.sampling import allocate, code_dtype
 
 RARE = 3.0  # noise scales under which a code's estimated count is rare (MST's threshold)
 SMOOTHING = 0.5  # an ordered column's neighbouring codes' weight, each, in a merged code's spread (tune_synth.py)
@@ -143,7 +143,7 @@ class CompressedModel:
                 rare_code = int(codes.max())  # the merged code, after the kept ones
                 kept, rare = np.flatnonzero(codes != rare_code), np.flatnonzero(codes == rare_code)
                 is_rare = merged == rare_code
-                out[column] = np.empty_like(merged)
+                out[column] = np.empty(merged.size, code_dtype(codes.size))  # the original codes: maybe wider
                 out[column][~is_rare] = kept[merged[~is_rare]]
                 table = self.compression.within[column][rare][None, :]
                 out[column][is_rare] = rare[allocate(table, np.zeros(int(is_rare.sum()), np.int64), source)]

@@ -30,7 +30,7 @@ import numpy as np
 
 from beam_expmech import parameters
 from beam_expmech.mechanisms.randomness import RandomSource
-from beam_expmech.synth.sampling import allocate
+from beam_expmech.synth.sampling import allocate, cells_of, split_cells
 
 Columns = tuple[str, ...]
 _WINDOW = 10  # steps over which fit's stopping rule averages the loss's decrease
@@ -584,12 +584,10 @@ class GraphicalModel:
             probabilities = self.marginals[i]
             probabilities = np.moveaxis(probabilities, [clique.index(c) for c in given], range(len(given)))
             table = probabilities.reshape(math.prod(self._shape(given)), -1)
-            condition = (
-                np.ravel_multi_index([out[c] for c in given], self._shape(given)) if given else np.zeros(rows, int)
-            )
+            condition = cells_of([out[c] for c in given], self._shape(given)) if given else np.zeros(rows, np.int64)
             cells = allocate(table, condition, source)
-            for column, codes in zip(free, np.unravel_index(cells, self._shape(free)), strict=True):
-                out[column] = codes.astype(np.int64)
+            del condition
+            out.update(zip(free, split_cells(cells, self._shape(free)), strict=True))  # each in its code_dtype
         return {c: out[c] for c in self.domain}
 
 

@@ -36,7 +36,7 @@ from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
-from beam_expmech.synth.sampling import allocate
+from beam_expmech.synth.sampling import allocate, split_cells
 
 _FIXED = 30  # model probabilities as integers in units of 2^-30 inside the scores
 _UPDATE_PASSES = 5
@@ -89,8 +89,7 @@ class FactoredModel:
         out = {}
         for names, table in self.components:
             cells = allocate(table.reshape(1, -1), np.zeros(rows, np.int64), source)
-            for name, codes in zip(names, np.unravel_index(cells, table.shape), strict=True):
-                out[name] = codes.astype(np.int64)
+            out.update(zip(names, split_cells(cells, table.shape), strict=True))  # each in its code_dtype
         return {c: out[c] for c in self.domain}
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from beam_expmech.mechanisms.randomness import RandomSource
+from beam_expmech.synth import sampling
 
 ROUNDS = 4  # rounds of moves a column gets before the next column's
 ROUND_VALUES = 2**22  # values weighed in one round (rows x marginals x values): about 96 MiB at the peak
@@ -40,6 +41,52 @@ def synthetic_rows(
     return fit_rows(model.sample(rows, source), domain, marginals, model.marginal, source=source)
 
 
+def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -> Callable[[int], int]:
+    """The bytes ``synthetic_rows`` holds at most beside its model, as a function of the rows drawn: an upper
+    bound from public parameters, for a generator's check before any budget is spent (its test measures the
+    real peak against it).
+
+    The codes drawn (each column in its ``sampling.code_dtype``) stay held until the search ends. Drawing holds
+    ``sampling.ROW_BYTES`` a row more; then the search holds its table of the codes (one type for all
+    columns), the differences on every workload cell, and either the working arrays of ``_Layout.difference``
+    (two words a row, two of the largest marginal) or those of its largest round (``_round_bytes``).
+    """
+    drawn = sum(sampling.code_dtype(size).itemsize for size in domain.values())
+    width = sampling.code_dtype(max(domain.values(), default=1)).itemsize
+    cells = [math.prod(domain[c] for c in m) for m in marginals]
+    holding, others = dict.fromkeys(domain, 0), dict.fromkeys(domain, 0)  # M and W of each column, in one pass
+    for m in marginals:
+        for c in m:
+            holding[c], others[c] = holding[c] + 1, max(others[c], len(m) - 1)
+    shapes = [(holding[c], others[c], domain[c]) for c in domain if holding[c] and domain[c] >= 2]
+
+    def bound(rows: int) -> int:
+        if not domain or rows < 1:
+            return 0
+        if not marginals:
+            return rows * (drawn + sampling.ROW_BYTES)
+        differences = 8 * (2 * max(cells) + 2 * rows)
+        rounds = max((_round_bytes(*shape, rows, width, len(domain)) for shape in shapes), default=0)
+        search = rows * len(domain) * width + 8 * sum(cells) + max(differences, rounds)
+        return rows * drawn + max(rows * sampling.ROW_BYTES, search)
+
+    return bound
+
+
+def _round_bytes(m: int, w: int, size: int, rows: int, width: int, columns: int) -> int:
+    """The most one ``_round`` holds (its arrays, counted from the code) for a column in ``m`` workload marginals
+    (``w`` other columns each at most) with ``size`` values: 8-byte words a chosen row, at the largest of its
+    three phases: the rows' cells (M W of its columns, and its whole row of the table), the gains (the values'
+    differences and two temporaries: 3 M V, counted as 4), and the proposals' cells sorted and ranked
+    (``np.unique`` and ``_kept``: about 19 M beside the gains' M V); and the draw of the rows that propose."""
+    proposing = max(1, ROUND_VALUES // (m * size))
+    chosen = min(rows, proposing)
+    # 4 M V for the gains' 3: numpy's temporaries are freed as an expression goes, not always at once
+    words = max(4 * m * size + 3 * m, m * size + 19 * m, m * w * (1 + width / 8) + 2 * m + columns * width / 8)
+    draws = 48 * proposing if rows > proposing else 8 * rows
+    return math.ceil(8 * chosen * (words + size + 4)) + draws
+
+
 def fit_rows(
     codes: dict[str, np.ndarray],
     domain: dict[str, int],
@@ -51,10 +98,8 @@ def fit_rows(
     """``codes`` ({column: codes of each row}) after the local search towards n ``probabilities(m)`` on each
     workload marginal m (its axes in m's order): sweeps over the columns until a sweep moves no row, or ``WORK``
     is spent. Post-processing: no data is read, no budget spent."""
+    table = _table(codes, domain)
     columns = list(domain)
-    table = np.stack([np.asarray(codes[c], dtype=np.int64) for c in columns], axis=1)
-    if table.size and not ((table >= 0) & (table < np.array([domain[c] for c in columns]))).all():
-        raise ValueError("fit_rows: a code outside its column's domain")
     if not table.size or not marginals:
         return {c: table[:, i] for i, c in enumerate(columns)}
     layout = _Layout(domain, marginals)
@@ -69,6 +114,25 @@ def fit_rows(
                 if not kept:
                     break
     return {c: table[:, i] for i, c in enumerate(columns)}
+
+
+def _table(codes: dict[str, np.ndarray], domain: dict[str, int]) -> np.ndarray:
+    """The rows as one (rows, columns) array in the narrowest type that holds every column's codes (a byte a code
+    for up to 256: the table of many rows is the search's largest array); ValueError on a code outside its
+    column's domain, or columns of different lengths."""
+    columns = list(domain)
+    rows = np.asarray(codes[columns[0]]).shape[0] if columns else 0
+    table = np.empty((rows, len(columns)), sampling.code_dtype(max(domain.values(), default=1)))
+    for i, c in enumerate(columns):
+        column = np.asarray(codes[c])
+        if column.shape != (rows,):
+            raise ValueError("fit_rows: columns of different lengths")
+        if column.dtype.kind not in "iu":
+            column = column.astype(np.int64)
+        if rows and (column.min() < 0 or column.max() >= domain[c]):
+            raise ValueError("fit_rows: a code outside its column's domain")
+        table[:, i] = column
+    return table
 
 
 class _Layout:
@@ -99,7 +163,11 @@ class _Layout:
                 or not (np.isfinite(wanted) & (wanted >= 0)).all()
             ):
                 raise ValueError(f"fit_rows: the model's marginal on {m} is not finite non-negative of its shape")
-            counts = np.bincount(table[:, positions] @ strides, minlength=cells)
+            index = np.zeros(table.shape[0], np.int64)  # each row's cell, a column at a time: no int64 table
+            for position, stride in zip(positions, strides, strict=True):
+                index += table[:, position] * stride
+            counts = np.bincount(index, minlength=cells)
+            del index
             out[offset : offset + cells] = counts - table.shape[0] * wanted.ravel()
         return out
 

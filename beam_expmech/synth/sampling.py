@@ -14,12 +14,46 @@ here is what keeps them independent. Post-processing: no data is read, no budget
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 
 from beam_expmech.mechanisms.randomness import RandomSource
 
 _ONE = np.uint64(1 << 32)  # probability 1, in the integer units of the cdfs
 _SHIFT = np.uint64(33)  # condition c's cdf lies in [c 2^33, c 2^33 + 2^32]
+ROW_BYTES = 96
+"""Bytes a row that drawing holds at most beside the codes drawn: ``allocate``'s arrays of a word a row, a
+clique's condition and cells, a column being split off them (7 words at once measured: 56 bytes; row_fitting's
+``memory_bound`` counts 12)."""
+
+
+def code_dtype(size: int) -> np.dtype:
+    """The narrowest unsigned integer type that holds the codes 0 .. ``size`` - 1: a byte a code for up to 256,
+    where int64 took eight (synthetic tables of many rows are held in it)."""
+    return np.min_scalar_type(max(0, size - 1))
+
+
+def split_cells(cells: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+    """The codes of each axis of C-order ``cells`` over axes of ``sizes`` (``np.unravel_index``), each in its
+    ``code_dtype``, worked out one axis at a time: two int64 arrays at once, not one per axis."""
+    out = []
+    for axis, size in enumerate(sizes):
+        codes = cells // math.prod(sizes[axis + 1 :])
+        codes %= size
+        out.append(codes.astype(code_dtype(size)))
+    return out
+
+
+def cells_of(codes: Sequence[np.ndarray], sizes: Sequence[int]) -> np.ndarray:
+    """The C-order cell (int64) of each row's ``codes`` over axes of ``sizes`` (``np.ravel_multi_index`` on codes
+    known to lie in their axes), without an int64 copy of each axis."""
+    cells = np.zeros(codes[0].size if codes else 0, np.int64)
+    for axis_codes, size in zip(codes, sizes, strict=True):
+        cells *= size
+        cells += axis_codes
+    return cells
 
 
 def allocate(table: np.ndarray, condition: np.ndarray, source: RandomSource) -> np.ndarray:
@@ -40,14 +74,30 @@ def allocate(table: np.ndarray, condition: np.ndarray, source: RandomSource) -> 
     # Rows grouped by condition, in a uniformly random order within each group (64-bit keys: ties,
     # which stable sorting breaks by row number, have probability about rows^2 / 2^65).
     order = np.lexsort((source.uint32(2 * rows).view(np.uint64), condition))
-    grouped = condition[order].astype(np.int64)
+    grouped = condition[order].astype(np.int64, copy=False)
     starts = np.flatnonzero(np.diff(grouped, prepend=-1))
     sizes = np.diff(np.append(starts, rows))
-    rank = np.arange(rows) - np.repeat(starts, sizes)
-    offset = np.repeat(source.uint32(starts.size).astype(np.float64) * 2.0**-32, sizes)  # one per group
-    # The group's n points (u + j) / n, below 1, as integers below 2^32.
-    points = np.minimum(np.floor((offset + rank) / np.repeat(sizes, sizes) * 2.0**32), 2.0**32 - 1).astype(np.uint64)
-    points += grouped.astype(np.uint64) << _SHIFT
+    # The group's n points (u + j) / n, below 1, as integers below 2^32: u one per group, j the row's rank in
+    # it. Worked in place, so that a draw of many rows holds few arrays of a word a row at once.
+    points = np.repeat(source.uint32(starts.size).astype(np.float64) * 2.0**-32, sizes)
+    rank = np.arange(rows)
+    rank -= np.repeat(starts, sizes)
+    points += rank
+    del rank
+    points /= np.repeat(sizes, sizes)
+    points *= 2.0**32
+    np.floor(points, out=points)
+    np.minimum(points, 2.0**32 - 1, out=points)
+    points = points.astype(np.uint64)
+    shifted = grouped.astype(np.uint64)
+    shifted <<= _SHIFT
+    points += shifted
+    del shifted
+    found = np.searchsorted(flat, points, side="right")
+    del points
+    grouped *= width
+    found -= grouped
+    del grouped
     index = np.empty(rows, np.int64)
-    index[order] = np.searchsorted(flat, points, side="right") - grouped * width
+    index[order] = found
     return index

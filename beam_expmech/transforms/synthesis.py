@@ -16,22 +16,27 @@ of a marginal, the memory the run will need) runs in ``__init__``, before any bu
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 import numpy as np
 
 from beam_expmech import parameters
-from beam_expmech.accounting import Release, epsilon_to_zcdp
+from beam_expmech.accounting import Release, ZcdpShare, zcdp_beside
 from beam_expmech.grids import NumericGrid
+from beam_expmech.io import writers
 from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
-from beam_expmech.synth import aim, blr, mwem
+from beam_expmech.synth import MAX_MEMORY, aim, blr, mwem, row_fitting
 from beam_expmech.synth.row_fitting import synthetic_rows
 from beam_expmech.transforms import lineage
 
 METHODS = ("aim", "mwem", "blr")
 MAX_WORKLOAD_CELLS = 50_000_000  # the summed counts of every marginal, held by one worker
+DEFAULT_MAX_SYNTHETIC_ROWS = 10_000_000
+"""Without ``rows``, the most rows drawn (the noisy size is capped at it), or fewer where those would not fit
+in ``MAX_MEMORY`` beside the generator: a public maximum, so the cap is post-processing."""
+NUMBERS_ROW_BYTES = 160  # numbers_in_bins' working arrays, a row of one column (about 14 words measured)
 
 
 def numbers_in_bins(grid: NumericGrid, codes: np.ndarray, *, source: RandomSource) -> np.ndarray:
@@ -59,15 +64,21 @@ def numbers_in_bins(grid: NumericGrid, codes: np.ndarray, *, source: RandomSourc
 class PrivateSynthesis(beam.PTransform):
     """Synthetic rows over ``domain`` ({column: number of codes}) that answer its k-way marginals privately.
 
-    Privacy: ``aim`` is rho-zCDP with rho = the most that is (``epsilon``, ``delta``)-DP, less
-    ``rho_elsewhere`` (zCDP the same run spends on other releases, such as private bin edges, so
-    that together they stay (epsilon, delta)-DP); ``mwem`` and ``blr`` are pure ``epsilon``-DP
+    Privacy: ``aim`` is rho-zCDP with rho the most that leaves the run (``epsilon``, ``delta``)-DP
+    beside ``elsewhere``, the run's other releases (such as private bin edges): by the better of zCDP
+    and basic composition (``accounting.zcdp_beside``: ``share`` says which, ``cost`` is what that
+    route charges); ``mwem`` and ``blr`` are pure ``epsilon``-DP
     (``cost``), when each privacy unit has at most ``max_rows`` = K rows: every cell of the
     workload (``family``, which the data pass must count) then moves by at most K. ``degree``:
     the k of the k-way marginals (aim, mwem; default 3, or every column if fewer); blr counts the
     full-domain histogram and needs ``rows``.
     ``grids``: the public grid of each numeric column (its domain size is the grid's bins): the
     column's codes become numbers drawn inside their bins (``numbers_in_bins``, post-processing).
+    Without ``rows``, the rows drawn are the generator's noisy size (a release), capped at
+    ``max_synthetic_rows`` (default: ``DEFAULT_MAX_SYNTHETIC_ROWS`` or the most that fit), a public
+    maximum: post-processing. ``memory``: the bytes the step holds at most, for those rows: the
+    generator's, its rows' (``row_fitting.memory_bound``) and the release's, written in chunks where it
+    is drawn; over ``MAX_MEMORY`` it is refused when built, before any budget is spent.
     ``seed`` is for tests only (not private).
     """
 
@@ -80,10 +91,11 @@ class PrivateSynthesis(beam.PTransform):
         delta: float = 0.0,
         degree: int | None = None,
         rows: int | None = None,
+        max_synthetic_rows: int | None = None,
         rounds: int | None = None,
         max_rows: int = 1,
         grids: dict[str, NumericGrid] | None = None,
-        rho_elsewhere: float = 0.0,
+        elsewhere: Sequence[Release] = (),
         seed: int | None = None,
         progress: Callable[[float], None] | None = None,
     ):
@@ -105,40 +117,77 @@ class PrivateSynthesis(beam.PTransform):
         self.rows = None if rows is None else parameters.count(rows, "rows")
         self.rounds = None if rounds is None else parameters.count(rounds, "rounds")
         self.seed, self.progress = parameters.test_seed(seed), progress
-        self.rho_elsewhere = 0.0
-        if rho_elsewhere:
-            if method != "aim":
-                raise ValueError("rho_elsewhere is for aim (mwem and blr take what is left of epsilon)")
-            self.rho_elsewhere = parameters.positive_finite(rho_elsewhere, "rho_elsewhere")
-            if self.rho_elsewhere >= epsilon_to_zcdp(self.epsilon, delta=self.delta):
-                raise ValueError("the other releases spend all of the (epsilon, delta) budget: nothing is left for aim")
+        if elsewhere and method != "aim":
+            raise ValueError("elsewhere is for aim (mwem and blr take what is left of epsilon)")
+        self.share: ZcdpShare | None = None
+        if method == "aim":
+            self.share = zcdp_beside(self.epsilon, self.delta, list(elsewhere), "synthetic data by aim")
+        if max_synthetic_rows is not None and self.rows is not None:
+            raise ValueError("max_synthetic_rows caps the noisy size, drawn only without rows")
         columns = list(self.domain)
         if method == "blr":
             if self.rows is None:
                 raise ValueError("blr needs rows: the synthetic dataset's size")
-            self.memory = blr.check_parameters(list(self.domain.values()), rows=self.rows, max_rows=self.max_rows)
+            generator = blr.check_parameters(list(self.domain.values()), rows=self.rows, max_rows=self.max_rows)
             self.family = MarginalWorkload([tuple(columns)], self.domain)
-            return
-        degree = min(3, len(columns)) if degree is None else degree
-        degree = parameters.count(degree, "degree", at_most=len(columns), of="columns")
-        self.family = MarginalWorkload(list(itertools.combinations(columns, degree)), self.domain)
-        if self.family.num_candidates > MAX_WORKLOAD_CELLS:
-            raise ValueError(f"the {degree}-way marginals have {self.family.num_candidates:,} cells: too many to hold")
-        check = aim.check_parameters if method == "aim" else mwem.check_parameters
-        if method == "mwem":
-            self.rounds = self.rounds or mwem.DEFAULT_ROUNDS
-        self.memory = check(self.domain, self.family.marginals, rounds=self.rounds, max_rows=self.max_rows)
+
+            def rows_bytes(rows: int) -> int:
+                return 0  # blr.check_parameters counts its rows
+
+        else:
+            degree = min(3, len(columns)) if degree is None else degree
+            degree = parameters.count(degree, "degree", at_most=len(columns), of="columns")
+            self.family = MarginalWorkload(list(itertools.combinations(columns, degree)), self.domain)
+            if self.family.num_candidates > MAX_WORKLOAD_CELLS:
+                raise ValueError(
+                    f"the {degree}-way marginals have {self.family.num_candidates:,} cells: too many to hold"
+                )
+            check = aim.check_parameters if method == "aim" else mwem.check_parameters
+            if method == "mwem":
+                self.rounds = self.rounds or mwem.DEFAULT_ROUNDS
+            generator = check(self.domain, self.family.marginals, rounds=self.rounds, max_rows=self.max_rows)
+            rows_bytes = row_fitting.memory_bound(self.domain, self.family.marginals)
+
+        def needed(rows: int) -> int:
+            return generator + rows_bytes(rows) + self._release_bytes(rows)
+
+        self.max_synthetic_rows = None
+        if self.rows is None and max_synthetic_rows is not None:
+            self.max_synthetic_rows = parameters.count(max_synthetic_rows, "max_synthetic_rows")
+        elif self.rows is None:
+            self.max_synthetic_rows = _most(lambda rows: needed(rows) <= MAX_MEMORY, DEFAULT_MAX_SYNTHETIC_ROWS)
+        drawn = self.rows or self.max_synthetic_rows
+        self.memory = needed(drawn)
+        if self.memory > MAX_MEMORY:
+            raise ValueError(
+                f"{method}: {drawn:,} synthetic rows of {len(columns)} columns would hold about "
+                f"{self.memory / 2**30:,.1f} GiB with the generator, over the limit of {MAX_MEMORY / 2**30:g} GiB: "
+                "draw fewer rows"
+            )
+
+    def _release_bytes(self, rows: int) -> int:
+        """What the release of ``rows`` rows holds at most beside its generator and the rows' search (whose table of
+        codes it keeps): each numeric column's numbers (8 bytes a row) and, one column at a time,
+        ``numbers_in_bins``' working arrays; then the buffers of a write of the table a chunk of rows at a time,
+        in the same step (``writers.write_table_atomically``, as ``pipelines.synthesize`` writes it). A pipeline
+        that hands the table to another stage holds what its runner copies on the way besides."""
+        numbers = rows * (8 * len(self.grids) + (NUMBERS_ROW_BYTES if self.grids else 0))
+        return numbers + writers.TABLE_WRITER_BYTES
 
     @property
     def rho(self) -> float:
-        """AIM's zCDP budget: the largest rho whose conversion is (epsilon, delta)-DP, less ``rho_elsewhere``."""
-        return epsilon_to_zcdp(self.epsilon, delta=self.delta) - self.rho_elsewhere
+        """AIM's zCDP budget: the most that leaves the run (epsilon, delta)-DP beside ``elsewhere``."""
+        if self.share is None:
+            raise ValueError(f"{self.method} is pure epsilon-DP: it has no rho budget")
+        return self.share.rho
 
     @property
     def cost(self) -> Release:
-        """What the release costs: rho-zCDP for aim (charged to a budget with delta > 0), pure epsilon otherwise."""
-        if self.method == "aim":
-            return Release.zcdp(self.rho, "synthetic data by aim")
+        """What the release costs: for aim, rho-zCDP, or the (epsilon less the others', delta)-DP release that its
+        rho implies where basic composition leaves it more (``share``; charged to a budget with delta > 0); pure
+        epsilon otherwise."""
+        if self.share is not None:
+            return self.share.release
         return Release.pure(self.epsilon, f"synthetic data by {self.method}")
 
     def synthesize(self, counts: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
@@ -165,10 +214,13 @@ class PrivateSynthesis(beam.PTransform):
             result = mwem.mwem(
                 workload, self.domain, epsilon=self.epsilon, rounds=self.rounds, max_rows=self.max_rows, rng=self.seed
             )
-            details = {"rounds": self.rounds}
-        rows = self.rows or result.rows
+            # The rounds run: MWEM runs fewer than asked where the noisy size cannot carry them (post-processing)
+            details = {"rounds": len(result.measured), "rounds_asked": self.rounds}
+        rows = self.rows or min(result.rows, self.max_synthetic_rows)  # a public cap on a released size
         source = random_source(None if self.seed is None else self.seed + 1)
         codes = synthetic_rows(result.model, self.domain, self.family.marginals, rows, source=source)
+        if self.rows is None:
+            details["max_synthetic_rows"] = self.max_synthetic_rows
         return self._numbers(codes, source), details | {"rows": rows, "measured": [list(m) for m in result.measured]}
 
     def _numbers(self, table: dict[str, np.ndarray], source: RandomSource) -> dict[str, np.ndarray]:
@@ -179,3 +231,15 @@ class PrivateSynthesis(beam.PTransform):
         lineage.check_sensitivity(counts, self.max_rows, "PrivateSynthesis")  # a cell of each marginal: K a unit
         # col: one vector of every workload cell -> col: one (columns, details)
         return counts | "Synthesize" >> beam.Map(self.synthesize)
+
+
+def _most(fits: Callable[[int], bool], most: int) -> int:
+    """The largest n from 1 to ``most`` with ``fits(n)`` (true up to some n, false beyond: memory grows with
+    rows), by bisection; 1 where none fits (the memory check then refuses it)."""
+    if fits(most):
+        return most
+    low, high = 1, most  # fits(high) is false
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low

@@ -302,8 +302,8 @@ MUTANTS = [
     Mutant(
         "synthesize draws as many rows as the data's true count, not its noisy estimate",
         "beam_expmech/transforms/synthesis.py",
-        "rows = self.rows or result.rows",
-        "rows = self.rows or int(workload[next(iter(workload))].sum())",
+        "rows = self.rows or min(result.rows, self.max_synthetic_rows)",
+        "rows = self.rows or min(int(workload[next(iter(workload))].sum()), self.max_synthetic_rows)",
         (SHIPPED_SYNTHESIZE,),
     ),
     Mutant(

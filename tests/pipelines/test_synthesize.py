@@ -15,13 +15,14 @@ import pytest
 from commands import assert_usage_error
 from public_tables import DATA
 
-from beam_expmech.accounting import epsilon_to_zcdp, zcdp_to_epsilon
+from beam_expmech.accounting import Release, compose, epsilon_to_zcdp, zcdp_to_epsilon
 from beam_expmech.grids import NumericGrid
-from beam_expmech.ledger import Ledger
+from beam_expmech.io import writers
+from beam_expmech.ledger import Ledger, budget_of
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.transforms import PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
-from pipelines import evaluate_synthetic, synthesize
+from pipelines import evaluate_synthetic, job, synthesize
 
 NLTCS = DATA / "nltcs"
 
@@ -43,7 +44,8 @@ def test_mwem_writes_a_parquet_table_and_a_manifest(tmp_path, capsys):
         assert values.min() >= 0 and values.max() < domain[name]
     manifest = json.loads((tmp_path / "synthetic.manifest.json").read_text())
     assert manifest["method"] == "mwem" and manifest["epsilon"] == 1 and manifest["private_randomness"] is False
-    assert len(manifest["measured"]) == 10 and manifest["rows"] == table.num_rows
+    assert len(manifest["measured"]) == manifest["rounds"] == manifest["rounds_asked"] == 10
+    assert manifest["rows"] == table.num_rows
     assert 15_000 < table.num_rows < 30_000  # the noisy size of 21,574 rows
     capsys.readouterr()
     evaluate_synthetic.main([str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(out), "--columns", columns(8)])
@@ -105,6 +107,8 @@ def test_values_outside_the_domain_go_to_the_dead_letter(tmp_path):
         ({"--delta": "1.5"}, "--delta"),
         ({"--method": "gan"}, "invalid choice"),
         ({"--workload-degree": "20"}, "workload-degree"),
+        ({"--rows": "10", "--max-synthetic-rows": "5"}, "--max-synthetic-rows caps the noisy size"),
+        ({"--max-synthetic-rows": "0"}, "--max-synthetic-rows"),
     ],
 )
 def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
@@ -112,6 +116,17 @@ def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
             "--output": str(tmp_path / "s.csv"), **change}  # fmt: skip
     assert_usage_error("pipelines.synthesize", args, message)
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_a_column_named_twice_is_refused_before_anything_is_read_or_charged(tmp_path):
+    """The table would hold it once while the line and the manifest counted it twice (issue 34)."""
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(NLTCS / "nltcs.csv"), "--domain": str(NLTCS / "domain.json"), "--epsilon": "1",
+            "--columns": "eating,bathing,eating", "--output": str(tmp_path / "s.csv"),
+            "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
+    assert_usage_error("pipelines.synthesize", args, "--columns names 'eating' more than once")
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
 
 
 @pytest.mark.parametrize(
@@ -134,6 +149,62 @@ def test_a_run_its_generator_would_refuse_stops_before_the_charge(tmp_path, doma
             **flags}  # fmt: skip
     assert_usage_error("pipelines.synthesize", args, message)
     assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
+def test_rows_the_run_cannot_hold_are_refused_before_the_charge_even_in_a_dry_run(tmp_path):
+    """Issue 34: a dry run of 10^9 rows said "at most 16 MiB" (the generator alone), and the run needed 16 GB
+    or more once charged. The synthetic table, its search and its write are counted, before any budget."""
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(NLTCS / "nltcs.csv"), "--domain": str(NLTCS / "domain.json"), "--columns": columns(4),
+            "--epsilon": "1", "--rows": "1000000000", "--output": str(tmp_path / "s.csv")}  # fmt: skip
+    refused = "aim: 1,000,000,000 synthetic rows of 4 columns would hold about"
+    with pytest.raises(ValueError, match=refused):
+        synthesize.main([x for kv in args.items() for x in kv] + ["--dry-run"])
+    assert_usage_error("pipelines.synthesize", args | {"--budget-ledger": ledger.path, "--dataset-id": "d"}, refused)
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
+def test_the_noisy_size_is_capped_at_max_synthetic_rows_which_the_manifest_states(tmp_path):
+    out = tmp_path / "s.csv"
+    args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(4),
+            "--epsilon", "1", "--method", "mwem", "--rounds", "2", "--max-synthetic-rows", "500", "--seed", "3",
+            "--output", str(out)]  # fmt: skip
+    assert synthesize.main(args) == 0  # the noisy size of 21,574 rows, capped
+    manifest = json.loads((tmp_path / "s.manifest.json").read_text())
+    assert manifest["rows"] == manifest["max_synthetic_rows"] == 500 == pacsv.read_csv(out).num_rows
+
+
+def test_the_table_is_written_in_chunks_where_it_is_drawn_then_moved_to_the_output_last(tmp_path, monkeypatch):
+    """Row groups of about writers.TABLE_CHUNK_BYTES (here 1,000 rows), never the whole table as one; the same
+    table as written in one chunk, and nothing left beside it but the manifest and the dead letter."""
+    args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(4),
+            "--epsilon", "1", "--rows", "3000", "--seed", "3"]  # fmt: skip
+    assert synthesize.main([*args, "--output", str(tmp_path / "whole" / "s.parquet")]) == 0
+    monkeypatch.setattr(writers, "TABLE_CHUNK_BYTES", 4 * 32 * 1_000)  # 32 bytes a column of codes
+    assert synthesize.main([*args, "--output", str(tmp_path / "chunks" / "s.parquet")]) == 0
+    chunked = pq.ParquetFile(tmp_path / "chunks" / "s.parquet")
+    assert chunked.num_row_groups == 3 and chunked.read().equals(pq.read_table(tmp_path / "whole" / "s.parquet"))
+    assert sorted(p.name for p in (tmp_path / "chunks").iterdir()) == [
+        "s.dead_letter.csv", "s.manifest.json", "s.parquet"
+    ]  # fmt: skip
+
+
+def test_a_job_that_fails_after_drawing_the_table_releases_nothing_and_leaves_no_staged_table(tmp_path, monkeypatch):
+    def lost(staged, output):
+        assert [p.name.endswith("-s.csv") for p in tmp_path.glob(".staged-*")] == [True]  # drawn, not released
+        raise OSError("the publishing worker was lost (injected)")
+
+    monkeypatch.setattr(synthesize, "publish", lost)
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(3),
+            "--epsilon", "1", "--rows", "100", "--seed", "3", "--output", str(tmp_path / "s.csv"),
+            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+    with pytest.raises(job.JobFailedError, match="OSError"):
+        synthesize.main(args)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("s.", ".staged"))) == ["s.dead_letter.csv"]
+    assert [r["status"] for r in ledger.dataset("d")["releases"]] == ["failed"]  # the charge kept
 
 
 def test_a_labelled_domain_reads_and_writes_labels(tmp_path):
@@ -317,10 +388,11 @@ def test_private_edges_are_released_at_quantiles_and_charged_with_the_synthesis_
     assert not (tmp_path / "s.edges.json").exists()  # the edges are in the manifest
 
     (release,) = ledger.dataset("d")["releases"]  # one charge for the edges and the synthesis
-    if method == "aim":
-        assert release["rho"] == pytest.approx(epsilon_to_zcdp(8, delta=1e-8)) and manifest["rho"] == release["rho"]
-    else:
-        assert release["epsilon"] == pytest.approx(8.0)
+    assert release["epsilon"] == pytest.approx(8.0)
+    if method == "aim":  # the edges' epsilon 2 leaves AIM more by basic composition than the zCDP route would
+        assert release["delta"] == 1e-8 and release["rho"] is None and manifest["rho"] is None
+        assert manifest["composition"]["route"] == "basic"
+        assert manifest["composition"]["aim_rho"] == pytest.approx(epsilon_to_zcdp(6, delta=1e-8))
 
     table = pq.read_table(out)
     grid = NumericGrid(0, 120, 4, integer=True, cuts=tuple(edges[1:-1]))
@@ -334,6 +406,39 @@ def test_private_edges_are_released_at_quantiles_and_charged_with_the_synthesis_
     error = np.abs(real - synthetic).sum()
     run = evaluate_one_way(tmp_path / "d.parquet", tmp_path / "domain.json", out)
     assert f"average L1 error {error:.4f}" in run  # evaluate_synthetic reads the edges from the manifest
+
+
+@pytest.mark.parametrize("share,route", [(0.3, "basic"), (0.01, "zcdp")])
+def test_aim_beside_private_edges_takes_the_larger_rho_and_the_ledger_records_what_the_run_charged(
+    tmp_path, share, route
+):
+    """At epsilon 1, delta 1e-9 edges of share 0.3 cost 75% of the zCDP route's rho: basic composition leaves AIM
+    2.03 times more. A share of 0.01 costs little rho, and the zCDP route leaves more. Either way the ledger
+    records the charge of the route taken, which fits the run's budget (issue 34, 6a)."""
+    rng = np.random.default_rng(24)  # test-only
+    age = rng.integers(18, 90, 2_000)
+    pq.write_table(pa.table({"age": age, "c": (age > 50).astype(np.int64)}), tmp_path / "d.parquet")
+    entry = {"lower": 0, "upper": 120, "bins": "private", "count": 4, "share": share}
+    (tmp_path / "domain.json").write_text(json.dumps({"age": entry, "c": 2}))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=1.0, delta=1e-9)
+    args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "1",
+            "--delta", "1e-9", "--rounds", "2", "--seed", "6", "--output", str(tmp_path / "s.csv"),
+            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+    assert synthesize.main(args) == 0
+
+    stated = json.loads((tmp_path / "s.manifest.json").read_text())["composition"]
+    by_zcdp = epsilon_to_zcdp(1, delta=1e-9) - share**2 / 8
+    by_basic = epsilon_to_zcdp(1 - share, delta=1e-9)
+    assert stated["route"] == route and stated["aim_rho"] == pytest.approx(max(by_zcdp, by_basic), rel=1e-12)
+    assert stated["edges_epsilon"] == pytest.approx(share) and stated["edges_rho"] == pytest.approx(share**2 / 8)
+    (release,) = ledger.dataset("d")["releases"]
+    charged = Release.approximate(1 - share, 1e-9, "aim") if route == "basic" else Release.zcdp(by_zcdp, "aim")
+    expected = compose([charged, Release.exponential_mechanism(share)], "run")
+    assert (release["epsilon"], release["delta"]) == (expected.epsilon, expected.delta)
+    assert release["rho"] == pytest.approx(expected.rho) if route == "zcdp" else release["rho"] is None
+    assert release["status"] == "done"
+    assert budget_of(ledger.dataset("d")).remaining() == pytest.approx(0, abs=1e-9)  # the run's whole budget
 
 
 def test_private_edges_with_a_unit_are_the_quantiles_of_k_rows_a_unit(tmp_path):
@@ -397,9 +502,6 @@ def test_private_grids_must_leave_the_generator_some_epsilon(tmp_path):
     assert_usage_error("pipelines.synthesize", args, "shares add up to 1")
     (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"count": 4, "bins": 4}}))
     assert_usage_error("pipelines.synthesize", args, "unknown key 'count'")
-    # aim: the edges' epsilon^2/8 zCDP each, out of the rho of (epsilon, delta), must leave it some
-    (tmp_path / "domain.json").write_text(json.dumps({"age": private | {"share": 0.9}, "c": 2}))
-    assert_usage_error("pipelines.synthesize", args, "nothing is left for aim")
 
 
 def test_evaluate_needs_the_manifest_that_states_private_edges(tmp_path):

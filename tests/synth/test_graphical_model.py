@@ -12,6 +12,7 @@ from sampling import assert_follows
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth import graphical_model
 from beam_expmech.synth.graphical_model import GraphicalModel, Measurement, junction_tree
+from beam_expmech.synth.sampling import code_dtype
 
 DOMAIN = {"a": 2, "b": 3, "c": 2, "d": 4, "e": 2, "f": 3}
 # A cycle a-b-c-d-a (needs a fill-in edge), a pendant e, and f alone (a forest).
@@ -215,7 +216,7 @@ def test_a_model_of_log_potentials_is_their_normalised_exponentiated_sum():
 def test_sampled_rows_follow_the_model():
     model = random_model(6)
     rows = model.sample(30_000, random_source(7))
-    assert set(rows) == set(DOMAIN) and all(v.dtype == np.int64 for v in rows.values())
+    assert set(rows) == set(DOMAIN) and all(v.dtype == code_dtype(DOMAIN[c]) for c, v in rows.items())
     joint = brute_force_joint(model)
     cells = np.ravel_multi_index([rows[c] for c in DOMAIN], list(DOMAIN.values()))
     assert_follows(cells.tolist(), dict(enumerate(joint.ravel())))

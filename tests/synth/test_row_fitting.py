@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import tracemalloc
 
 import numpy as np
 import pytest
 
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth import row_fitting
+from beam_expmech.synth.mwem import mwem
 from beam_expmech.synth.row_fitting import fit_rows
+from beam_expmech.synth.sampling import code_dtype
 
 DOMAIN = {"a": 3, "b": 4, "c": 2, "d": 5}
 WORKLOAD = list(itertools.combinations(DOMAIN, 3))
@@ -89,7 +92,8 @@ def test_the_same_randomness_gives_the_same_rows_and_the_input_is_not_changed():
     first, second = (fit_rows(rows, DOMAIN, WORKLOAD, probabilities, source=random_source(8)) for _ in range(2))
     assert all(np.array_equal(first[c], second[c]) for c in DOMAIN)
     assert all(np.array_equal(rows[c], kept[c]) for c in DOMAIN)
-    assert all(first[c].dtype == np.int64 and first[c].min() >= 0 and first[c].max() < DOMAIN[c] for c in DOMAIN)
+    narrowest = code_dtype(max(DOMAIN.values()))  # one byte a code here, not eight
+    assert all(first[c].dtype == narrowest and first[c].min() >= 0 and first[c].max() < DOMAIN[c] for c in DOMAIN)
 
 
 @pytest.mark.parametrize("rows", [0, 1])
@@ -154,3 +158,33 @@ def test_a_marginal_naming_a_column_twice_is_refused():
     rng = np.random.default_rng(17)
     with pytest.raises(ValueError, match="names a column twice"):
         fit_rows(random_rows(rng, 50), DOMAIN, [("a", "a")], model_of(rng), source=random_source(18))
+
+
+@pytest.mark.parametrize(
+    "sizes,degree,rows",
+    [
+        ([2] * 4, 3, 400_000),  # every row proposes in a round: the rows' arrays dominate
+        ([300] * 4, 2, 100_000),  # many values: the gains' rows x marginals x values dominate
+        ([2] * 7, 5, 100_000),  # wide marginals: the rows' cells dominate
+    ],
+)
+def test_drawing_and_fitting_rows_hold_no_more_than_the_bound_a_generator_checks(monkeypatch, sizes, degree, rows):
+    """memory_bound, which the synthesis step checks against MAX_MEMORY before any budget is spent, against
+    tracemalloc's peak of synthetic_rows (from a fitted MWEM model, the draw and a few rounds of the search)."""
+    monkeypatch.setattr(row_fitting, "WORK", 2**23)  # test-only: the first rounds, each column's largest
+    domain = {f"c{i}": size for i, size in enumerate(sizes)}
+    rng = np.random.default_rng(19)  # test-only
+    base = rng.integers(0, min(sizes), 3_000)
+    data = {c: (base + rng.integers(0, 2, 3_000)) % size for c, size in domain.items()}
+    workload = list(itertools.combinations(domain, degree))
+    true = {m: np.histogramdd(np.stack([data[c] for c in m], 1), bins=[domain[c] for c in m],
+                              range=[(0, domain[c]) for c in m])[0].astype(np.int64) for m in workload}  # fmt: skip
+    model = mwem(true, domain, epsilon=5.0, rounds=3, rng=20).model
+    tracemalloc.start()
+    try:
+        held = tracemalloc.get_traced_memory()[0]
+        fitted = row_fitting.synthetic_rows(model, domain, workload, rows, source=random_source(21))
+        peak = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+    assert len(fitted["c0"]) == rows and peak <= row_fitting.memory_bound(domain, workload)(rows)

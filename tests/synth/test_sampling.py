@@ -3,13 +3,15 @@ within one row of their expectation, and the values come in a random order."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from sampling import assert_follows
 from scipy import stats
 
 from beam_expmech.mechanisms.randomness import random_source
-from beam_expmech.synth.sampling import allocate
+from beam_expmech.synth.sampling import ROW_BYTES, allocate, cells_of, code_dtype, split_cells
 
 
 def test_each_groups_counts_are_within_one_row_of_their_expectation():
@@ -71,3 +73,31 @@ def test_a_value_of_probability_zero_is_never_drawn_however_many_conditions():
 def test_a_condition_outside_the_table_is_refused():
     with pytest.raises(ValueError, match="outside the table"):
         allocate(np.ones((1, 2)), np.array([0, 5]), random_source(8))
+
+
+def test_cells_split_into_codes_each_in_the_narrowest_type_and_back():
+    sizes = [3, 300, 2, 70_000]
+    rng = np.random.default_rng(9)  # test-only
+    cells = rng.integers(0, np.prod(sizes), 5_000)
+    codes = split_cells(cells, sizes)
+    for got, expected in zip(codes, np.unravel_index(cells, sizes), strict=True):
+        assert np.array_equal(got, expected)
+    assert [c.dtype for c in codes] == [np.uint8, np.uint16, np.uint8, np.uint32]
+    assert np.array_equal(cells_of(codes, sizes), cells)
+    assert code_dtype(256) == np.uint8 and code_dtype(257) == np.uint16 and code_dtype(1) == np.uint8
+
+
+def test_drawing_holds_no_more_than_row_bytes_a_row_beside_its_codes():
+    """What row_fitting.memory_bound counts for drawing (sampling.ROW_BYTES), against tracemalloc's peak of
+    allocate and a split, as a model's sample runs them (600,000 rows, 40 conditions)."""
+    rows = 600_000
+    condition = np.arange(rows, dtype=np.int64) % 40
+    table = np.random.default_rng(10).dirichlet(np.ones(12), 40)  # test-only
+    tracemalloc.start()
+    try:
+        held = tracemalloc.get_traced_memory()[0]
+        codes = split_cells(allocate(table, condition, random_source(11)), [3, 4])
+        peak = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+    assert peak <= rows * ROW_BYTES and sum(c.nbytes for c in codes) == 2 * rows

@@ -12,10 +12,10 @@ from public_tables import load, marginals
 from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.grids import NumericGrid
 from beam_expmech.mechanisms import random_source
-from beam_expmech.synth import aim, mwem
+from beam_expmech.synth import MAX_MEMORY, aim, mwem
 from beam_expmech.synth.row_fitting import synthetic_rows
 from beam_expmech.transforms import GatherCounts, PredicateCounts, PrivateSynthesis
-from beam_expmech.transforms.synthesis import numbers_in_bins
+from beam_expmech.transforms.synthesis import DEFAULT_MAX_SYNTHETIC_ROWS, numbers_in_bins
 
 DOMAIN = {"a": 2, "b": 3, "c": 2}
 RNG = np.random.default_rng(7)
@@ -72,6 +72,13 @@ def test_the_rows_answer_the_workload_closer_to_the_model_than_rows_drawn_from_i
     assert distance(table) < 0.5 * distance(drawn)
 
 
+@pytest.mark.parametrize("epsilon,run", [(0.05, 0), (0.5, 3)])
+def test_mwem_states_the_rounds_it_ran_not_the_rounds_asked(epsilon, run):
+    """On 3,000 rows MWEM affords fewer rounds than its default 20 (none at epsilon 0.05): the release says so."""
+    _, details = synthesized(PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=epsilon, rows=100, seed=2))
+    assert details["rounds"] == len(details["measured"]) == run and details["rounds_asked"] == 20
+
+
 def test_cost_is_rho_for_aim_and_pure_epsilon_for_mwem_and_blr():
     aim = PrivateSynthesis(method="aim", domain=DOMAIN, epsilon=1.0, delta=1e-9)
     assert aim.rho == epsilon_to_zcdp(1.0, delta=1e-9) and aim.cost == Release.zcdp(aim.rho, "synthetic data by aim")
@@ -79,6 +86,44 @@ def test_cost_is_rho_for_aim_and_pure_epsilon_for_mwem_and_blr():
     for method in ("mwem", "blr"):
         step = PrivateSynthesis(method=method, domain=DOMAIN, epsilon=0.5, delta=1e-9, rows=10)
         assert step.cost == Release.pure(0.5, f"synthetic data by {method}") and step.delta == 0.0
+
+
+def test_aim_beside_other_releases_takes_the_route_that_leaves_it_more_and_costs_what_that_route_charges():
+    edges = [Release.exponential_mechanism(0.3, "edges")]
+    step = PrivateSynthesis(method="aim", domain=DOMAIN, epsilon=1.0, delta=1e-9, elsewhere=edges)
+    assert step.share.route == "basic" and step.rho == epsilon_to_zcdp(0.7, delta=1e-9)
+    assert step.cost == Release.approximate(0.7, 1e-9, "synthetic data by aim")
+    with pytest.raises(ValueError, match="elsewhere is for aim"):
+        PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=1.0, elsewhere=edges)
+    with pytest.raises(ValueError, match="nothing is left for synthetic data by aim"):
+        PrivateSynthesis(domain=DOMAIN, epsilon=1.0, delta=1e-9, elsewhere=[Release.exponential_mechanism(1.0, "e")])
+
+
+def test_rows_the_run_cannot_hold_are_refused_when_it_is_built_and_the_rows_it_can_are_counted():
+    """Issue 34: 10^9 rows were "at most 16 MiB" (the generator alone); they need about 90 GiB."""
+    with pytest.raises(ValueError, match=r"1,000,000,000 synthetic rows of 3 columns would hold about \d\d\.\d GiB"):
+        PrivateSynthesis(domain=DOMAIN, epsilon=1.0, delta=1e-9, rows=10**9)
+    small, large = (PrivateSynthesis(domain=DOMAIN, epsilon=1.0, delta=1e-9, rows=n).memory for n in (10, 10**6))
+    assert large - small > 10**6 * 3 * 2  # at least the rows' codes, drawn and fitted, a byte each
+
+
+def test_without_rows_the_noisy_size_is_capped_at_a_public_maximum_that_fits_and_stated():
+    step = PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=1.0)
+    assert step.max_synthetic_rows == DEFAULT_MAX_SYNTHETIC_ROWS and step.memory <= MAX_MEMORY
+    wide = {f"x{i}": 2 for i in range(60)}  # 60 numeric columns: 8 bytes a row each, and their codes
+    grids = {c: NumericGrid(0, 1, 2) for c in wide}
+    step = PrivateSynthesis(method="mwem", domain=wide, degree=1, grids=grids, epsilon=1.0)
+    assert 10**6 < step.max_synthetic_rows < DEFAULT_MAX_SYNTHETIC_ROWS and step.memory <= MAX_MEMORY
+    with pytest.raises(ValueError, match="draw fewer rows"):  # the default cap is the most that fit
+        PrivateSynthesis(method="mwem", domain=wide, degree=1, grids=grids, epsilon=1.0,
+                         max_synthetic_rows=step.max_synthetic_rows + 1)  # fmt: skip
+    table, details = synthesized(PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=2.0, max_synthetic_rows=50,
+                                                  seed=3))  # fmt: skip
+    assert details["rows"] == 50 == len(table["a"]) and details["max_synthetic_rows"] == 50  # 3,000 noisy rows
+    assert "max_synthetic_rows" not in synthesized(PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=2.0,
+                                                                    rows=50, seed=3))[1]  # fmt: skip
+    with pytest.raises(ValueError, match="caps the noisy size, drawn only without rows"):
+        PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=2.0, rows=50, max_synthetic_rows=50)
 
 
 def test_the_family_is_what_the_data_pass_must_count():
