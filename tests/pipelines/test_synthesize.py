@@ -177,7 +177,7 @@ def test_the_noisy_size_is_capped_at_max_synthetic_rows_which_the_manifest_state
 
 def test_the_table_is_written_in_chunks_where_it_is_drawn_then_moved_to_the_output_last(tmp_path, monkeypatch):
     """Row groups of about writers.TABLE_CHUNK_BYTES (here 1,000 rows), never the whole table as one; the same
-    table as written in one chunk, and nothing left beside it but the manifest and the dead letter."""
+    table as written in one chunk, and nothing left beside it but the manifest."""
     args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(4),
             "--epsilon", "1", "--rows", "3000", "--seed", "3"]  # fmt: skip
     assert synthesize.main([*args, "--output", str(tmp_path / "whole" / "s.parquet")]) == 0
@@ -185,9 +185,7 @@ def test_the_table_is_written_in_chunks_where_it_is_drawn_then_moved_to_the_outp
     assert synthesize.main([*args, "--output", str(tmp_path / "chunks" / "s.parquet")]) == 0
     chunked = pq.ParquetFile(tmp_path / "chunks" / "s.parquet")
     assert chunked.num_row_groups == 3 and chunked.read().equals(pq.read_table(tmp_path / "whole" / "s.parquet"))
-    assert sorted(p.name for p in (tmp_path / "chunks").iterdir()) == [
-        "s.dead_letter.csv", "s.manifest.json", "s.parquet"
-    ]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "chunks").iterdir()) == ["s.manifest.json", "s.parquet"]
 
 
 def test_a_job_that_fails_after_drawing_the_table_releases_nothing_and_leaves_no_staged_table(tmp_path, monkeypatch):
@@ -203,7 +201,7 @@ def test_a_job_that_fails_after_drawing_the_table_releases_nothing_and_leaves_no
             "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
     with pytest.raises(job.JobFailedError, match="OSError"):
         synthesize.main(args)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("s.", ".staged"))) == ["s.dead_letter.csv"]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(("s.", ".staged"))]
     assert [r["status"] for r in ledger.dataset("d")["releases"]] == ["failed"]  # the charge kept
 
 
