@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import posixpath
+import tempfile
 from typing import NoReturn
 
 from beam_expmech.io import readers
@@ -88,29 +88,58 @@ def check_unit_flags(args: argparse.Namespace) -> None:
         raise ValueError("--budget-ledger and --dataset-id go together")
     if (args.privacy_unit is None) != (args.max_rows_per_unit is None):
         raise ValueError("--privacy-unit and --max-rows-per-unit go together")
+    if args.privacy_unit == "":
+        raise ValueError("--privacy-unit is empty: name the column that identifies a unit")
     if args.max_rows_per_unit is not None and args.max_rows_per_unit < 1:
         raise ValueError(f"--max-rows-per-unit must be >= 1, got {args.max_rows_per_unit}")
+    check_destinations(args)
+
+
+def check_destinations(args: argparse.Namespace) -> None:
+    """--output and --dead-letter (file:// taken as the local path it names) are places a run can write, checked
+    before anything is read or spent; the dead letter, raw rows, lies outside the release's folder."""
+    for flag in ("output", "dead_letter"):
+        path = getattr(args, flag)
+        if path is None:
+            continue
+        path = path.removeprefix("file://")
+        setattr(args, flag, path)
+        name = "--" + flag.replace("_", "-")
+        if "://" in path and not path.startswith("gs://"):
+            raise ValueError(f"{name} must be a local path or gs://BUCKET/...")
+        if not path.startswith("gs://"):
+            if os.path.isdir(path) or path.endswith(os.sep):
+                raise ValueError(f"{name} names a folder: give a file's path")
+            try:  # its folder made, and a file made in it and removed: what the run will do, known to work
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))).close()
+            except OSError as error:
+                raise ValueError(f"{name}: its folder cannot be written ({error.strerror})") from None
     if args.dead_letter is not None and inside(args.dead_letter, published_folder(args.output)):
         raise ValueError("--dead-letter must lie outside the folder of --output (where releases are published): "
                          "the dead letter holds raw rows")  # fmt: skip
 
 
+def location(path: str) -> str:
+    """Where a write to ``path`` lands, as one string: gs:// as written (an object's name is taken literally:
+    gs://b//x and gs://b/x are two objects); a local path absolute, its folder's links resolved but not the
+    file's own (a write replaces a link, it does not follow it)."""
+    if path.startswith("gs://"):
+        return path
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
 def published_folder(output: str) -> str:
-    """The folder a release is written to, as an absolute location: what is published with it. For gs://, the
-    object's prefix up to its last "/" (the bucket itself for an object at its root)."""
-    if output.startswith("gs://"):
-        return posixpath.dirname(output) + "/"
-    return os.path.dirname(os.path.realpath(output)) + os.sep
+    """The folder a release is written to, as ``location`` gives it, with its separator: what is published with
+    it. For gs://, the object's prefix up to its last "/" (the bucket itself for an object at its root)."""
+    where = location(output)
+    return where[: where.rindex("/") + 1] if output.startswith("gs://") else os.path.dirname(where) + os.sep
 
 
 def inside(path: str, folder: str) -> bool:
     """Whether ``path`` (local or gs://) lies in ``folder`` (as ``published_folder`` gives it) or below it."""
-    if path.startswith("gs://") != folder.startswith("gs://"):
-        return False
-    location = posixpath.normpath(path) if path.startswith("gs://") else os.path.realpath(path)
-    if path.startswith("gs://"):
-        location = "gs://" + location.removeprefix("gs:/").lstrip("/")
-    return location.startswith(folder)
+    return location(path).startswith(folder)
 
 
 def unit_specs(args: argparse.Namespace) -> list[ColumnSpec]:

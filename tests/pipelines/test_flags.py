@@ -92,3 +92,30 @@ def test_what_the_schema_dooms_is_refused_before_the_charge(tmp_path):
     pacsv.write_csv(table, tmp_path / "t.csv")  # CSV: text by nature; each value parsed, none here a number
     assert quantiles.main([*(x for kv in {**charged, "--input": str(tmp_path / "t.csv")}.items() for x in kv),
                            "--column", "cut", "--lower", "0", "--upper", "1", "--quantiles", "0.5"]) == 0  # fmt: skip
+
+
+def test_places_a_run_cannot_write_or_should_not_are_refused_before_the_charge(tmp_path):
+    """The adversarial review's ways round the dead letter's rule, and outputs that failed after the charge."""
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    flags = commands(tmp_path)["pipelines.select"]
+    published = tmp_path / "published"
+    published.mkdir()
+    (tmp_path / "else").mkdir()
+    (published / "latest.json").symlink_to(tmp_path / "else" / "latest.json")  # a link in a published folder
+    refused = [
+        ({"--output": str(published / "r.json"), "--dead-letter": f"file://{published}/dead.csv"}, "must lie outside"),
+        ({"--output": str(published / "latest.json"), "--dead-letter": str(published / "d.csv")}, "must lie outside"),
+        ({"--output": "gs://b//out/r.json", "--dead-letter": "gs://b//out/d.csv"}, "must lie outside"),
+        ({"--output": "gs://b/x/../out/r.json", "--dead-letter": "gs://b/x/../out/d.csv"}, "must lie outside"),
+        ({"--output": str(tmp_path / "r.json"), "--dead-letter": "s3://b/d.csv"}, "must be a local path or gs://"),
+        ({"--output": str(tmp_path / "r.json"), "--dead-letter": "GS://b/d.csv"}, "must be a local path or gs://"),
+        ({"--output": str(tmp_path / "r.json"), "--dead-letter": str(tmp_path / "else")}, "names a folder"),
+        ({"--output": str(tmp_path / "else")}, "names a folder"),
+        ({"--output": "/proc/nope/r.json"}, "cannot be written"),
+        ({"--privacy-unit": "", "--max-rows-per-unit": "5"}, "--privacy-unit is empty"),
+    ]  # fmt: skip
+    for change, message in refused:
+        assert_usage_error("pipelines.select", {**flags, **change}, message)
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+    assert select.main([*(x for kv in {**flags, "--output": f"file://{tmp_path}/out/r.json"}.items() for x in kv)]) == 0
+    assert (tmp_path / "out" / "r.json").exists()  # file:// is the local path it names
