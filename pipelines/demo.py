@@ -10,7 +10,6 @@ counts each category, and releases only the exponential mechanism's top 3.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import console, select
+from pipelines import console, flags, select
 
 CATEGORIES = [f"category-{i:02d}" for i in range(50)]
 
@@ -50,10 +49,14 @@ def generate(path: str, rows: int, seed: int = 2026) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.demo", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(prog="python -m pipelines.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="generated purchases (default 10^6)")
     parser.add_argument("--epsilon", type=float, default=1.0, help="the privacy guarantee (default 1)")
-    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_demo"))
+    parser.add_argument(
+        "--workdir",
+        default=os.path.join(tempfile.gettempdir(), "beam_expmech_demo"),
+        help="where the generated data and the release go",
+    )
     args, beam_args = parser.parse_known_args(argv)
     if args.rows < 1:
         raise ValueError(f"--rows must be >= 1, got {args.rows}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from typing import NoReturn
 
@@ -40,9 +41,19 @@ class ArgumentParser(argparse.ArgumentParser):
         )
 
     def parse_known_args(self, args=None, namespace=None):
-        """(the command's flags, Beam's options); anything else is a usage error (one line, exit 2)."""
+        """(the command's flags, Beam's options); anything else is a usage error (one line, exit 2), and so is a
+        flag of the command given twice (argparse would take the last: --epsilon 1 --epsilon 2 spends 2)."""
+        args = list(sys.argv[1:] if args is None else args)
+        flags = [a.split("=", 1)[0] for a in args[: [*args, "--"].index("--")] if a.startswith("--")]
+        given = [self._option_string_actions[f].dest for f in flags if f in self._option_string_actions]
+        twice = [dest for dest in dict.fromkeys(given) if given.count(dest) > 1 and dest != "help"]
+        if twice:
+            self.error(f"--{twice[0].replace('_', '-')} is given more than once: give it once")
         known, rest = super().parse_known_args(args, namespace)
-        unknown = runners.unknown_options(rest)
+        try:
+            unknown = runners.check_beam_options(rest)
+        except ValueError as error:
+            self.error(f"a Beam option: {error}")
         if unknown:
             self.error(f"unrecognized argument {unknown[0]!r}: neither a flag of this command nor a Beam pipeline "
                        "option; nothing was read or spent")  # fmt: skip

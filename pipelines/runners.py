@@ -46,16 +46,31 @@ class DaskJobOptions(PipelineOptions):
         )
 
 
-def unknown_options(beam_args: Sequence[str]) -> list[str]:
+# Beam options that would release more than the run is charged for: the DirectRunner's bundle repeat runs
+# every step again, the private draw with fresh noise, and writes each draw.
+REFUSED_OPTIONS = {"direct_runner_bundle_repeat": "it draws the release again with fresh noise, charged once"}
+
+
+class _OneLineParser(_BeamArgumentParser):
+    def error(self, message: str):
+        raise ValueError(message)  # not Beam's usage text: one line, as every refusal here
+
+
+def check_beam_options(beam_args: Sequence[str]) -> list[str]:
     """The arguments among ``beam_args`` (what a command did not know) that are none of Beam's pipeline options
     either, as Beam reads them (its option classes' parser, whole names only): Beam would drop them with a
-    warning, and a mistyped --epsilon would then spend the budget the default asks for."""
+    warning, and a mistyped --epsilon would then spend the budget the default asks for. A ValueError for a
+    Beam option given a bad value, or one of REFUSED_OPTIONS set."""
     if any(arg.startswith("--dask") for arg in beam_args) and importlib.util.find_spec("distributed") is not None:
         import apache_beam.runners.dask.dask_runner  # noqa: F401  (its DaskOptions: --dask_client_address, ...)
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    parser = _OneLineParser(allow_abbrev=False)
     for options in {str(c): c for c in PipelineOptions.__subclasses__()}.values():  # as Beam gathers them
         options._add_argparse_args(parser)
-    return parser.parse_known_args(list(beam_args))[1]
+    known, unknown = parser.parse_known_args(list(beam_args))
+    refused = [name for name in REFUSED_OPTIONS if getattr(known, name, None)]
+    if refused:
+        raise ValueError(f"--{refused[0]} is refused: {REFUSED_OPTIONS[refused[0]]}")
+    return unknown
 
 
 def pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:

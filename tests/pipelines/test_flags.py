@@ -9,7 +9,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from beam_data import purchases, write
-from commands import assert_usage_error
+from commands import assert_usage_error, run_command
 from public_tables import DATA
 
 from beam_expmech.ledger import Ledger
@@ -56,7 +56,7 @@ def test_a_stray_value_spends_nothing(tmp_path):
 
 def test_beams_options_and_our_underscored_names_pass(tmp_path):
     Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
-    flags = commands(tmp_path)["pipelines.select"]
+    flags = {k: v for k, v in commands(tmp_path)["pipelines.select"].items() if k != "--top-k"}
     beam_options = ["--runner", "DirectRunner", "--direct_num_workers=1", "--labels=team=dp", "--top_k", "2"]
     assert select.main([x for kv in flags.items() for x in kv] + beam_options) == 0
     assert len(json.loads((tmp_path / "out" / "r.json").read_text())["selected"]) == 2
@@ -119,3 +119,21 @@ def test_places_a_run_cannot_write_or_should_not_are_refused_before_the_charge(t
     assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
     assert select.main([*(x for kv in {**flags, "--output": f"file://{tmp_path}/out/r.json"}.items() for x in kv)]) == 0
     assert (tmp_path / "out" / "r.json").exists()  # file:// is the local path it names
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--epsilon", "2"], "--epsilon is given more than once"),  # argparse took the last: 2 was spent
+        (["--top-k=2", "--top_k=3"], "--top-k is given more than once"),
+        (["--direct_runner_bundle_repeat=3"], "draws the release again with fresh noise"),
+        (["--direct_running_mode=bogus"], "a Beam option: argument --direct_running_mode: invalid choice"),
+    ],
+)
+def test_a_flag_twice_a_beam_option_that_redraws_or_a_bad_beam_value_spends_nothing(tmp_path, change, message):
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    flags = commands(tmp_path)["pipelines.select"]
+    argv = [*(x for kv in flags.items() for x in kv), *change]
+    code, stderr = run_command("pipelines.select", argv)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and message in stderr, stderr
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []

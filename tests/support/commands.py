@@ -42,11 +42,17 @@ def _commands() -> subprocess.Popen:
     return _process
 
 
-def assert_usage_error(module: str, flags: dict, message: str) -> None:
-    """``python -m module`` with ``flags`` stops with exit code 2 and one line naming ``message``."""
+def run_command(module: str, argv: list[str]) -> tuple[int, str]:
+    """``python -m module argv`` in the command process: its exit code and what it wrote to stderr."""
     process = _commands()
-    process.stdin.write(json.dumps([module, [x for kv in flags.items() for x in kv]]) + "\n")
+    process.stdin.write(json.dumps([module, argv]) + "\n")
     process.stdin.flush()
     code, stderr = json.loads(process.stdout.readline())
+    return code, stderr
+
+
+def assert_usage_error(module: str, flags: dict, message: str) -> None:
+    """``python -m module`` with ``flags`` stops with exit code 2 and one line naming ``message``."""
+    code, stderr = run_command(module, [x for kv in flags.items() for x in kv])
     lines = stderr.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], stderr
