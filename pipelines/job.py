@@ -13,7 +13,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_expmech.accounting import Release
 from beam_expmech.io import readers, writers
-from beam_expmech.io.errors import describe_error
+from beam_expmech.io.errors import InputError, describe_error, first_line
 from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.predicates import PredicateFamily
 from beam_expmech.transforms import (
@@ -51,6 +51,7 @@ def check_input(
         raise ValueError(f"column {reserved[0]!r}: names beginning with '__' are the library's own; rename it")
     files = readers.match_files(args.input)
     identities = [s.name for s in specs if s.kind == "any"]
+    labels = {**{s.name: s.labels for s in specs if s.labels}, **(labels or {})}  # a domain's labels are matched too
     readers.check_columns(files, args.format, names, identities, {s.name: s.kind for s in specs}, labels)
     return files
 
@@ -176,21 +177,17 @@ def run_counting_job(
     job: CountingJob | KeyCountingJob,
     write: Callable[[object], None] | None = None,
     dead_letter: str | None = None,
+    pipeline: beam.Pipeline | None = None,
 ) -> None:
-    """Build ``counting_pipeline`` and run it to the end.
+    """Run ``pipeline`` (by default ``counting_pipeline``, built here) to the end.
 
     By default the release is a JSON-ready dict, written to --output (``read_release`` reads it back);
     ``write`` replaces that. Rejected rows go to ``dead_letter`` (default: none, counted only). Returns once
     the release is written: in ``budget.charge``'s block, nothing else, so that the ledger marks it done
     exactly when it is written.
     """
-    output = args.output
-    if write is None:
-
-        def write(payload):
-            writers.write_json(output, payload)
-
-    pipeline = counting_pipeline(args, beam_args, job, write, dead_letter)
+    if pipeline is None:
+        pipeline = counting_pipeline(args, beam_args, job, write or _json_writer(args.output), dead_letter)
     _LOG.info(
         "running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(job.files), args.input
     )
@@ -211,6 +208,25 @@ def run_counting_job(
     log_row_counts(result)
 
 
+def built(build: Callable[[], beam.Pipeline]) -> beam.Pipeline:
+    """``build()``'s graph, built before the charge: what breaks it (a Beam option such as a pickler not installed,
+    a strict type check, one of the library's own refusals) is one line, exit code 2, nothing spent. No row is
+    read to build a graph, so an error's text holds public information only."""
+    try:
+        return build()
+    except (ValueError, InputError):
+        raise
+    except Exception as error:
+        raise ValueError(f"the job's graph cannot be built: {type(error).__name__}: {first_line(error)}") from None
+
+
+def _json_writer(output: str) -> Callable[[object], None]:
+    def write(payload: object) -> None:
+        writers.write_json(output, payload)
+
+    return write
+
+
 def run_charged(
     args: argparse.Namespace,
     beam_args: list[str],
@@ -220,12 +236,14 @@ def run_charged(
     *,
     delta: float = 0.0,
 ) -> dict:
-    """The JSON release of ``job``, charged: the runner checked first (a Dask scheduler that does not
-    answer: nothing spent), ``cost`` charged before any row is read, and the release read back after the
-    charge's block, so that the ledger marks the run done exactly when the release is written."""
+    """The JSON release of ``job``, charged: the runner checked and the graph built first (a Dask scheduler
+    that does not answer, a Beam option that breaks the graph: nothing spent), ``cost`` charged before any row
+    is read, and the release read back after the charge's block, so that the ledger marks the run done exactly
+    when the release is written."""
     runners.check_runner(beam_args)
+    graph = built(lambda: counting_pipeline(args, beam_args, job, _json_writer(args.output), args.dead_letter))
     with budget.charge(args, cost, pipeline, delta=delta):
-        run_counting_job(args, beam_args, job, dead_letter=args.dead_letter)
+        run_counting_job(args, beam_args, job, dead_letter=args.dead_letter, pipeline=graph)
     return read_release(args.output)
 
 

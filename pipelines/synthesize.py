@@ -291,13 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         plan["composition"] = composition["rule"]
     if budget.dry_run(args, cost, files, plan):
         return 0
-    runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
-    with budget.charge(args, cost, "synthesize", delta=delta):  # before any row is read, edges' passes included
-        for column, quantiles in edges.items():
-            spec = domain_files.domain_spec(column, private[column])
-            numeric[column] = private[column].grid(_released_quantiles(args, beam_args, files, spec, quantiles))
-        if edges:  # the same checks as before the charge, passed then
-            step = synthesis(numeric)
+
+    def main_pass(step: PrivateSynthesis) -> tuple[job.CountingJob, beam.Pipeline]:
+        """The data pass that counts the workload and releases the table, built (not run)."""
         stated = {c: g.manifest() | ({"edges_epsilon": edges[c].epsilon} if c in edges else {})
                   for c, g in numeric.items()}  # fmt: skip
         public = budget.release_manifest(
@@ -312,21 +308,27 @@ def main(argv: list[str] | None = None) -> int:
             **({"composition": composition} if composition else {}),
             **({"numeric": stated} if numeric else {}),
         )
-        staged = staged_path(output)
         release = (
             GatherCounts()
             | step
             | "Manifest" >> beam.MapTuple(lambda table, details: (table, public | details))
             | "Stage" >> beam.Map(stage_table, staged, labels)  # in the step that drew it: no copy through Beam
         )
+        counting = job.CountingJob(files, column_specs(), family, release)
+        write = lambda payload: publish(payload, output)  # noqa: E731
+        return counting, job.built(lambda: job.counting_pipeline(args, beam_args, counting, write, args.dead_letter))
+
+    staged = staged_path(output)
+    runners.check_runner(beam_args)  # a Dask scheduler that does not answer: nothing spent
+    counting, graph = main_pass(step)  # built before the charge: a Beam option that breaks it spends nothing
+    with budget.charge(args, cost, "synthesize", delta=delta):  # before any row is read, edges' passes included
+        for column, quantiles in edges.items():
+            spec = domain_files.domain_spec(column, private[column])
+            numeric[column] = private[column].grid(_released_quantiles(args, beam_args, files, spec, quantiles))
+        if edges:  # the same checks as before the charge, passed then, and the pass built on the released grids
+            counting, graph = main_pass(synthesis(numeric))
         try:
-            job.run_counting_job(
-                args,
-                beam_args,
-                job.CountingJob(files, column_specs(), family, release),
-                write=lambda p: publish(p, output),
-                dead_letter=args.dead_letter,
-            )
+            job.run_counting_job(args, beam_args, counting, dead_letter=args.dead_letter, pipeline=graph)
         except BaseException:
             with contextlib.suppress(Exception):  # a staged table the failed job never published
                 FileSystems.delete([staged])

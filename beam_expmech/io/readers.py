@@ -99,17 +99,23 @@ def check_columns(
             raise InputError(f"{path}: missing column {missing[0]!r}")  # not the others: a CSV header may be a row
         read_as_text = _check_fields(path, path_format, columns, identities)
         for column in columns:
+            kind = (kinds or {}).get(column)
+            conflict = None if kind is None or column in read_as_text else schema_conflict(
+                kind, types[column], (labels or {}).get(column, ()))  # fmt: skip
+            if conflict:
+                raise InputError(f"{path}: column {column!r} {conflict}: no row could count")
+            if column in identities and pa.types.is_nested(types[column]):  # its text is not one form a value
+                raise InputError(f"{path}: column {column!r} identifies privacy units, so it must hold numbers or "
+                                 f"text, not {types[column]}")  # fmt: skip
             family = type_family(types[column])
             if family is None:  # only nulls: every row will be rejected, whatever the other files hold
                 continue
-            kind = (kinds or {}).get(column)
-            conflict = None if kind is None or column in read_as_text else schema_conflict(
-                kind, family, (labels or {}).get(column, ()))  # fmt: skip
-            if conflict:
-                raise InputError(f"{path}: column {column!r} {conflict}: no row could count")
             where, expected = first.setdefault(column, (path, family))
             if family != expected:
                 raise InputError(f"{path}: column {column!r} holds {family}, but {expected} in {where}")
+    nulls_only = [c for c in (kinds or {}) if c in columns and c not in first]  # a null is a rejected row
+    if nulls_only:
+        raise InputError(f"column {nulls_only[0]!r} holds nulls only in every file: no row could count")
     return {column: family for column, (_, family) in first.items()}
 
 

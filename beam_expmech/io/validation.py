@@ -103,25 +103,27 @@ def _is_text(kind: pa.DataType) -> bool:
 _NUMBERS = {"integers": pa.int64(), "floating-point numbers": pa.float64(), "booleans": pa.bool_()}
 
 
-def schema_conflict(kind: str, family: str | None, labels: Sequence[str] = ()) -> str | None:
-    """Why a typed column (Parquet, Avro) of ``family`` (``type_family``) holds no value that a ColumnSpec of
-    ``kind`` reads as it must (a number, for kinds "int" and "float"), or no value equal to one of the
-    ``labels`` it is matched against as text (the first that no value of the family reads as: a number
-    column's values read as their canonical text, 3 as "3"); None where it can. Public information decides
-    (a schema, public labels), so a run it dooms is refused before it is charged. A column read as text
+def schema_conflict(kind: str, column_type: pa.DataType, labels: Sequence[str] = ()) -> str | None:
+    """Why a typed column (Parquet, Avro) of ``column_type`` holds no value that a ColumnSpec of ``kind`` reads as
+    it must (a number, for kinds "int" and "float"), or no value
+    equal to one of the ``labels`` it is matched against as text (the first that no value of the type reads as,
+    as validation reads it: 3 as "3", a decimal(5, 2) 1.5 as "1.50"); None where it can. Public information
+    decides (a schema, public labels), so a run it dooms is refused before it is charged. A column read as text
     whatever it holds (CSV) is not for this check: each value is parsed as it comes."""
-    if family is None:
+    family = type_family(column_type)
+    if family is None:  # nulls only here: what other files hold decides (readers.check_columns)
         return None
     if kind in ("int", "float") and family not in _NUMBERS:
         return f"holds {family}, but is read as {'integers' if kind == 'int' else 'numbers'}"
-    if kind == "string" and family in _NUMBERS:
+    if kind in ("string", "label") and family != "text":
+        kind_of = column_type.value_type if pa.types.is_dictionary(column_type) else column_type
         for label in labels:
             try:
-                read = pc.cast(pc.cast(pa.array([label]), _NUMBERS[family]), pa.string())[0].as_py()
+                read = _as_text(pc.cast(pa.array([label]), kind_of))[0].as_py()
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 read = None
             if read != label:
-                return f"holds {family}, whose values never read as the candidate {label!r}"
+                return f"holds {family}, whose values never read as {label!r}"
     return None
 
 

@@ -47,14 +47,16 @@ def corpus(tmp_path_factory) -> Path:
 
 def run(pipeline: str, source: str, folder: Path, out: Path, capsys, caplog, *extra: str) -> tuple[int, str, Ledger]:
     """The pipeline on ``source`` as its command line runs it (our loggers at DEBUG), charged to a fresh
-    ledger; whatever it prints or logs must not show the planted secret. ``extra`` flags come last (and
-    so override)."""
+    ledger; whatever it prints or logs must not show the planted secret. ``extra`` flags (a flag, then its
+    value) take the place of the same flags' defaults here (a flag given twice is refused)."""
     module, flags, _kind = PIPELINES[pipeline]
     ledger = Ledger(str(out.parent / "ledger.json"))
     ledger.init("d", epsilon=100.0)
     flags = [f.replace("{domain}", str(folder / "domain.json")) for f in flags]
     argv = ["--input", source, *flags, *UNIT, "--output", str(out), "--dead-letter", str(dead_letter_of(out)),
-            "--budget-ledger", ledger.path, "--dataset-id", "d", "--log-level", "DEBUG", *extra]  # fmt: skip
+            "--budget-ledger", ledger.path, "--dataset-id", "d", "--log-level", "DEBUG"]  # fmt: skip
+    given = dict(zip(argv[::2], argv[1::2], strict=True)) | dict(zip(extra[::2], extra[1::2], strict=True))
+    argv = [x for flag_value in given.items() for x in flag_value]
     capsys.readouterr()
     code = console.run_cli(module.main, argv)  # an uncaught exception here is a traceback: the test fails
     printed = capsys.readouterr()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -82,7 +84,7 @@ def test_what_the_schema_dooms_is_refused_before_the_charge(tmp_path):
         ("pipelines.learn", {"--features": "bit", "--label": "n"}, "column 'bit' holds text, but is read as integers"),
         ("pipelines.select", {"--column": "cut", "--candidate-range": "0:5"}, "column 'cut' holds text"),
         ("pipelines.select", {"--column": "n", "--candidates": str(tmp_path / "labels.txt")},
-         "never read as the candidate '04'"),
+         "never read as '04'"),
     ]  # fmt: skip
     for module, flags, message in doomed:
         assert_usage_error(module, {**charged, **flags}, message)
@@ -137,3 +139,50 @@ def test_a_flag_twice_a_beam_option_that_redraws_or_a_bad_beam_value_spends_noth
     code, stderr = run_command("pipelines.select", argv)
     assert code == 2 and len(stderr.strip().splitlines()) == 1 and message in stderr, stderr
     assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+
+
+@pytest.mark.parametrize("option", ["--type_check_strictness=ALL_REQUIRED", "--pickle_library=dill"])
+def test_a_beam_option_that_breaks_the_graph_spends_nothing(tmp_path, option):
+    """The graph is built before the charge (review finding: these failed after it, with a traceback)."""
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    for module, flags in commands(tmp_path).items():  # a process each: a pickler set is Beam's for the process
+        argv = [sys.executable, "-m", module, *(x for kv in flags.items() for x in kv), option]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "graph cannot be built" in done.stderr.strip().splitlines()[-1], done.stderr
+        assert "Traceback" not in done.stderr
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+
+
+def test_what_other_schemas_doom_is_refused_before_the_charge(tmp_path):
+    """The review's cases: a column of nulls only, candidates a decimal's or a timestamp's text never equals, a
+    domain's labels over integers, a unit whose values are lists (the text of [0.0] and [-0.0] differs)."""
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    table = pa.table({
+        "nothing": pa.nulls(4), "price": pa.array([150, 250] * 2, pa.decimal128(5, 2)).cast(pa.decimal128(5, 2)),
+        "when": pa.array([0, 86_400_000_000] * 2, pa.timestamp("us")), "n": [0, 1, 2, 1],
+        "ids": pa.array([[0.0], [-0.0], [1.0], [2.0]]), "user": [1, 2, 3, 4],
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "t.parquet")
+    for name, labels in {"decimal": "1.5\n", "time": "1970-01-02\n", "good": "1.50\n"}.items():
+        (tmp_path / f"{name}.txt").write_text(labels)
+    (tmp_path / "domain.json").write_text(json.dumps({"n": ["a", "b", "c"]}))
+    ledger, out = str(tmp_path / "ledger.json"), tmp_path / "out"
+    charged = {"--input": str(tmp_path / "t.parquet"), "--epsilon": "1", "--budget-ledger": ledger,
+               "--dataset-id": "d", "--output": str(out / "r.json")}  # fmt: skip
+    doomed = [
+        ("pipelines.quantiles", {"--column": "nothing", "--lower": "0", "--upper": "1", "--quantiles": "0.5"},
+         "column 'nothing' holds nulls only in every file"),
+        ("pipelines.select", {"--column": "price", "--candidates": str(tmp_path / "decimal.txt")},
+         "never read as '1.5'"),
+        ("pipelines.select", {"--column": "when", "--candidates": str(tmp_path / "time.txt")},
+         "never read as '1970-01-02'"),
+        ("pipelines.synthesize", {"--domain": str(tmp_path / "domain.json"), "--output": str(out / "s.csv")},
+         "never read as 'a'"),
+        ("pipelines.select", {"--column": "n", "--candidate-range": "0:3", "--privacy-unit": "ids",
+                              "--max-rows-per-unit": "1"}, "identifies privacy units, so it must hold numbers or text"),
+    ]  # fmt: skip
+    for module, flags, message in doomed:
+        assert_usage_error(module, {**charged, **flags}, message)
+    assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+    good = {**charged, "--column": "price", "--candidates": str(tmp_path / "good.txt")}
+    assert select.main([x for kv in good.items() for x in kv]) == 0  # a decimal(5, 2)'s text: "1.50"
