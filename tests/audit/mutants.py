@@ -208,6 +208,20 @@ MUTANTS = [
         ("tests/transforms/test_bounding.py::test_a_graph_that_skips_validation_is_refused_when_built",),
     ),
     Mutant(
+        "KeyCounts counts a unit that no bounding bounded (the review of issue 34: 1,894 releases in 2,000)",
+        "beam_expmech/transforms/keys.py",
+        "            if self.unit_column is not None:\n",
+        "            if False:\n",
+        ("tests/transforms/test_lineage.py::test_key_counts_refuse_a_unit_that_no_bounding_bounded",),
+    ),
+    Mutant(
+        "a final step takes a sensitivity below the counts' bounding (issue 35's PrivateSelect(sensitivity=1))",
+        "beam_expmech/transforms/lineage.py",
+        "    if bounds is not None and (bounds.sensitivity or 0) > sensitivity:",
+        "    if False:",
+        ("tests/transforms/test_lineage.py::test_a_selection_refuses_a_sensitivity_below_the_bounding",),
+    ),
+    Mutant(
         "a run warns when rows were rejected (issue 34, item 2: the line tells of one person's bad row)",
         "pipelines/job.py",
         COUNTS_LINE,
