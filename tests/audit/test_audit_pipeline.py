@@ -155,7 +155,8 @@ def test_select_charges_what_its_mechanism_spends(audit, tmp_path, top_k, mechan
     """The Release the command charges covers the ideal mechanism it runs (whose law the released draws
     follow, above): epsilon-DP and, as charged, the Renyi bound of rho-zCDP, exactly on a score grid."""
     flags = command_line(tmp_path, top_k=top_k, mechanism=mechanism, labelled=False, shard_size=3)
-    args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json", "--candidate-range", "0:3"])
+    flags[flags.index("--candidate-range") + 1] = "0:3"  # three candidates: a pmf over every score grid point
+    args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json"])
     family, _ = select.candidate_family(args)
     cost, loss = select.selection(args, family).cost, PrivacyLoss()
     for counts in itertools.product((0, 3), repeat=3):

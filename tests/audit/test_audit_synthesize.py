@@ -110,7 +110,7 @@ def run(folder, flags: list[str]) -> tuple[pa.Table, dict]:
 
 
 CONFIGURATIONS = {
-    # name: (the domain's age entry, flags (the last of a flag counts), the columns whose top code, the newcomer's,
+    # name: (the domain's age entry, flags (in place of the defaults below), the columns whose top code, the newcomer's,
     # AIM merges on D)
     "aim, public grids, two workers": (
         DOMAIN["age"],
@@ -127,8 +127,10 @@ CONFIGURATIONS = {
 def test_synthesize_as_shipped_is_post_processing_of_its_draws(audit, tmp_path, monkeypatch, configuration):
     age, more, merged = CONFIGURATIONS[configuration]
     (tmp_path / "domain.json").write_text(json.dumps(DOMAIN | {"age": age}))
-    flags = ["--domain", str(tmp_path / "domain.json"), "--epsilon", "1", "--delta", "1e-6", "--seed", "7",
-             "--privacy-unit", "user", "--max-rows-per-unit", str(MAX_ROWS), *more]  # fmt: skip
+    defaults = {"--domain": str(tmp_path / "domain.json"), "--epsilon": "1", "--delta": "1e-6", "--seed": "7",
+                "--privacy-unit": "user", "--max-rows-per-unit": str(MAX_ROWS)}  # fmt: skip
+    overridden = [flag for flag in defaults if flag in more]
+    flags = [x for kv in defaults.items() if kv[0] not in overridden for x in kv] + list(more)  # a flag once
     coupling = Coupling(monkeypatch)
     write_inputs(tmp_path / "d", newcomer=False)
     write_inputs(tmp_path / "d_prime", newcomer=True)

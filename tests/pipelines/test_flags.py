@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -108,7 +109,8 @@ def test_places_a_run_cannot_write_or_should_not_are_refused_before_the_charge(t
         ({"--output": str(published / "r.json"), "--dead-letter": f"file://{published}/dead.csv"}, "must lie outside"),
         ({"--output": str(published / "latest.json"), "--dead-letter": str(published / "d.csv")}, "must lie outside"),
         ({"--output": "gs://b//out/r.json", "--dead-letter": "gs://b//out/d.csv"}, "must lie outside"),
-        ({"--output": "gs://b/x/../out/r.json", "--dead-letter": "gs://b/x/../out/d.csv"}, "must lie outside"),
+        ({"--output": f"gs://b/x/{os.pardir}/out/r.json", "--dead-letter": f"gs://b/x/{os.pardir}/out/d.csv"},
+         "must lie outside"),
         ({"--output": str(tmp_path / "r.json"), "--dead-letter": "s3://b/d.csv"}, "must be a local path or gs://"),
         ({"--output": str(tmp_path / "r.json"), "--dead-letter": "GS://b/d.csv"}, "must be a local path or gs://"),
         ({"--output": str(tmp_path / "r.json"), "--dead-letter": str(tmp_path / "else")}, "names a folder"),
