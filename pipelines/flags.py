@@ -121,11 +121,13 @@ def check_destinations(args: argparse.Namespace) -> None:
         if not path.startswith("gs://"):
             if os.path.isdir(path) or path.endswith(os.sep):
                 raise ValueError(f"{name} names a folder: give a file's path")
-            try:  # its folder made, and a file made in it and removed: what the run will do, known to work
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))).close()
+            folder = os.path.dirname(os.path.abspath(path))
+            while not os.path.exists(folder):  # the run makes the rest of the way
+                folder = os.path.dirname(folder)
+            try:  # a folder made in it and removed: what the run will do there, known to work, nothing left
+                tempfile.TemporaryDirectory(dir=folder).cleanup()
             except OSError as error:
-                raise ValueError(f"{name}: its folder cannot be written ({error.strerror})") from None
+                raise ValueError(f"{name}: {folder} cannot be written ({error.strerror})") from None
     if args.dead_letter is not None and inside(args.dead_letter, published_folder(args.output)):
         raise ValueError("--dead-letter must lie outside the folder of --output (where releases are published): "
                          "the dead letter holds raw rows")  # fmt: skip

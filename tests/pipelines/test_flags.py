@@ -186,5 +186,6 @@ def test_what_other_schemas_doom_is_refused_before_the_charge(tmp_path):
     for module, flags, message in doomed:
         assert_usage_error(module, {**charged, **flags}, message)
     assert Ledger(str(tmp_path / "ledger.json")).dataset("d")["releases"] == []
+    assert not out.exists()  # a refused run leaves nothing behind, not even the release's folder
     good = {**charged, "--column": "price", "--candidates": str(tmp_path / "good.txt")}
     assert select.main([x for kv in good.items() for x in kv]) == 0  # a decimal(5, 2)'s text: "1.50"
