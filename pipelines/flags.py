@@ -128,6 +128,13 @@ def check_destinations(args: argparse.Namespace) -> None:
                 tempfile.TemporaryDirectory(dir=folder).cleanup()
             except OSError as error:
                 raise ValueError(f"{name}: {folder} cannot be written ({error.strerror})") from None
+    written = [(f, getattr(args, f)) for f in ("output", "dead_letter") if getattr(args, f) is not None]
+    kept = [("budget_ledger", getattr(args, "budget_ledger", None))]
+    for name, path in written:
+        clash = [other for other, kept_path in kept if kept_path and location(kept_path) == location(path)]
+        if clash:
+            flag, other = (f"--{n.replace('_', '-')}" for n in (name, clash[0]))
+            raise ValueError(f"{flag} is {other}: a run must not write over it")
     if args.dead_letter is not None and inside(args.dead_letter, published_folder(args.output)):
         raise ValueError("--dead-letter must lie outside the folder of --output (where releases are published): "
                          "the dead letter holds raw rows")  # fmt: skip

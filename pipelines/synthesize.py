@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import posixpath
 import sys
 import uuid
@@ -180,9 +181,10 @@ def _released_quantiles(
     args: argparse.Namespace, beam_args: list[str], files: list[str], spec: ColumnSpec, quantiles: PrivateQuantiles
 ) -> np.ndarray:
     """One data pass: a column's quantiles (read as ``spec``), released (charged with the run), written to
-    OUT.edges.json and read back (on a cluster a worker writes it), then that file removed: the manifest
-    states the edges."""
-    path = posixpath.splitext(args.output)[0] + ".edges.json"
+    a hidden file of this run's own beside OUT and read back (on a cluster a worker writes it), then that file
+    removed: the manifest states the edges."""
+    folder, name = posixpath.split(posixpath.splitext(args.output)[0])
+    path = posixpath.join(folder, f".edges-{uuid.uuid4().hex[:16]}-{name}.json")
     job.run_counting_job(
         args,
         beam_args,
@@ -219,6 +221,13 @@ def _guarantee(step: PrivateSynthesis) -> str:
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
     flags.check_unit_flags(args)
+    if not args.output.lower().endswith((".parquet", ".csv")):
+        raise ValueError(f"--output must end in .parquet or .csv (the table's format), got {args.output!r}")
+    manifest = manifest_path(args.output)
+    if os.path.isdir(manifest) or (
+        args.budget_ledger and flags.location(args.budget_ledger) == flags.location(manifest)
+    ):
+        raise ValueError(f"the manifest's place, {manifest}, is a folder or the ledger: choose another --output")
     parameters.positive_finite(args.epsilon, "epsilon")
     if args.method == "aim":
         parameters.probability(args.delta, "--delta")

@@ -52,6 +52,9 @@ def open_atomically(path: str) -> Iterator[BinaryIO]:
             handle.close()
             os.unlink(handle.name)
             raise
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(handle.name, 0o666 & ~umask)  # as a file the user made would be, not a temporary file's 0600
     try:
         os.replace(handle.name, path)
     except BaseException:

@@ -573,6 +573,9 @@ class BoundContributions(beam.PTransform):
     def expand(self, batches):
         unit, shards, seed = self.unit_column, self.shards, self.seed
         require_validated(batches, [unit, *([self.key_column] if self.key_column else [])], "Bound", unit=unit)
+        other = [m.unit for m in lineage.paths(batches, lineage.BOUNDED) if m is not None and m.unit != unit]
+        if other:  # its bound would replace the first: a unit of the first holds many of this one's units
+            raise ValueError(f"Bound: these rows are bounded by unit {other[0]!r} already: bound them by one unit")
         combine = KeepLowestPerUnit(unit, self.max_rows, self.key_column, self.max_keys, self.salt, shards)
         bounded = (
             batches

@@ -68,7 +68,7 @@ class PredicateCounts(beam.PTransform):
     def expand(self, batches):
         predicate, shard_size = self.predicate, self.shard_size
         bounded = lineage.the_one(batches, lineage.BOUNDED, "Counts") or lineage.Bounds(None)  # None: a row a unit
-        moves = dataclasses.replace(bounded, sensitivity=bounded.max_rows * predicate.contribution)
+        moves = dataclasses.replace(bounded, sensitivity=bounded.max_rows * predicate.contribution, family=predicate)
         sizes = shard_sizes(predicate.num_candidates, shard_size)
         if len(sizes) == 1:
             counted = batches | "Count" >> beam.Map(lambda batch: (0, predicate.count(batch)))

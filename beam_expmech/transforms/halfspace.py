@@ -67,4 +67,16 @@ class PrivateHalfspace(beam.PTransform):
     def expand(self, pattern_counts):
         # col: one int64 vector of pattern counts -> col: one list of weights
         lineage.check_sensitivity(pattern_counts, self.sensitivity, "PrivateHalfspace")
+        counted = lineage.widest(pattern_counts, "PrivateHalfspace")
+        patterns = 2 ** (self.candidates.num_features + 1)
+        if (
+            counted is not None
+            and counted.family is not None
+            and (
+                type(getattr(counted.family, "original", counted.family)).__name__ != "MarginalCounts"
+                or counted.family.num_candidates != patterns
+            )
+        ):  # a pattern's count must be the records of that (features, label) pattern, one a record
+            raise ValueError(f"PrivateHalfspace: the counts above are not the {patterns} bit patterns' "
+                             "MarginalCounts of (features, label)")  # fmt: skip
         return pattern_counts | "Halfspace" >> beam.Map(self.release)

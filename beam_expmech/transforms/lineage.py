@@ -10,7 +10,7 @@ step cannot tell, and says so in its docstring.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import apache_beam as beam
 
@@ -24,13 +24,15 @@ COUNTED = "_beam_expmech_counted"  # PredicateCounts' and KeyCounts' output: Bou
 class Bounds:
     """How far one privacy unit reaches into what was counted: at most ``max_rows`` rows (K), over at most
     ``max_keys`` values of ``key_column`` (L), per value of ``unit`` (None: each row is its own unit, K = 1).
-    ``sensitivity``, on counts: the most one unit moves any one count (K times the family's contribution)."""
+    On counts: ``sensitivity``, the most one unit moves any one count (K times the family's contribution), and
+    ``family``, what was counted (the predicate family, as the final step must read the counts)."""
 
     unit: str | None
     max_rows: int = 1
     key_column: str | None = None
     max_keys: int | None = None
     sensitivity: float | None = None
+    family: object = field(default=None, compare=False)
 
 
 def mark(pcoll: beam.PCollection, name: str, value) -> beam.PCollection:
@@ -39,28 +41,47 @@ def mark(pcoll: beam.PCollection, name: str, value) -> beam.PCollection:
     return pcoll
 
 
-def upstream(pcoll: beam.PCollection, name: str) -> list:
-    """The nearest mark ``name`` on every path from the graph's roots to ``pcoll`` (each distinct value once),
-    with None for a path that has none. Side inputs are paths too: CombineGlobally's data reaches its output as
-    one, beside a main input that starts at a root of its own."""
+_MOST_PATHS = 64  # a graph that joins more paths than this is not walked further: refused as joining several
+
+
+def paths(pcoll: beam.PCollection, name: str) -> list:
+    """The nearest mark ``name`` on each path from the graph's roots to ``pcoll``, once a path (one bounded
+    PCollection reached by two paths, a Flatten of it with itself, counts twice: a unit's rows are on both), and
+    None for a path that has none. Side inputs are paths too: CombineGlobally's data reaches its output as one,
+    beside a main input that starts at a root of its own."""
     seen: dict[int, list] = {}
 
     def walk(node) -> list:
         if id(node) not in seen:
-            seen[id(node)] = [None]  # a graph has no cycle: this only stops a second visit of a shared ancestor
             producer = getattr(node, "producer", None)
             inputs = [] if producer is None else [*producer.inputs, *(s.pvalue for s in producer.side_inputs)]
             inputs = [p for p in inputs if isinstance(p, beam.PCollection)]
             if hasattr(node, name):
                 seen[id(node)] = [getattr(node, name)]
-            elif inputs:
-                found = []
-                for parent in inputs:
-                    found += [value for value in walk(parent) if value not in found]
-                seen[id(node)] = found
+            elif not inputs:
+                seen[id(node)] = [None]
+            else:
+                seen[id(node)] = [mark for parent in inputs for mark in walk(parent)][:_MOST_PATHS]
         return seen[id(node)]
 
     return walk(pcoll)
+
+
+def upstream(pcoll: beam.PCollection, name: str) -> list:
+    """``paths``' marks, each distinct value once."""
+    found: list = []
+    for value in paths(pcoll, name):
+        if value not in found:
+            found.append(value)
+    return found
+
+
+def family_of(counted) -> tuple:
+    """What a family counts, comparable: its kind, columns, candidates, contribution and public parameters
+    (a compacted family's are its original's: the same counts)."""
+    counted = getattr(counted, "original", counted)
+    public = tuple(sorted((k, v) for k, v in vars(counted).items() if isinstance(v, (int, float, str, tuple))))
+    return type(counted).__name__, public
 
 
 def validated_columns(batches: beam.PCollection) -> dict[str, tuple[str, str | None]]:
@@ -72,35 +93,45 @@ def validated_columns(batches: beam.PCollection) -> dict[str, tuple[str, str | N
     return {column: kind for column, kind in marks[0].items() if all(m.get(column) == kind for m in marks[1:])}
 
 
-def check_sensitivity(counts: beam.PCollection, sensitivity: float, step: str) -> None:
+def check_sensitivity(counts: beam.PCollection, sensitivity: float, step: str, family=None) -> None:
     """A ValueError, when the graph is built, if the counts above (PredicateCounts' mark) move by more than the
-    ``sensitivity`` a final step's noise is for; nothing where no mark tells (counts made otherwise)."""
+    ``sensitivity`` a final step's noise is for, or count another ``family`` than the one it reads them as;
+    nothing where no mark tells (counts made otherwise)."""
     bounds = widest(counts, step)
-    if bounds is not None and (bounds.sensitivity or 0) > sensitivity:
+    if bounds is None:
+        return
+    if (bounds.sensitivity or 0) > sensitivity:
         unit = "each row its own unit" if bounds.unit is None else f"{bounds.max_rows} rows a unit of {bounds.unit!r}"
         raise ValueError(
             f"{step}: the counts above move by up to {bounds.sensitivity:g} ({unit}), more than the "
             f"{sensitivity:g} its noise is for: give it the sensitivity (max_rows) of the bounding"
         )
+    if family is not None and bounds.family is not None and family_of(bounds.family) != family_of(family):
+        raise ValueError(f"{step}: the counts above are of {family_of(bounds.family)[0]} over other candidates than "
+                         f"the {family_of(family)[0]} it reads them as: count the family it is given")  # fmt: skip
 
 
 def widest(counts: beam.PCollection, step: str) -> Bounds | None:
-    """Of the counting steps' marks above ``counts``, the one that lets a unit move a count most (None where no
-    path has one: counts made otherwise, which a step cannot check). Paths without a mark are public inputs (the
-    zero counts of every shard, CombineGlobally's default) or counts made by hand."""
-    marks = [m for m in upstream(counts, COUNTED) if m is not None]
-    if not marks:
-        return None
-    most = max(marks, key=lambda m: (m.sensitivity or 0, m.max_rows, m.max_keys or 0))
-    if any(m.max_rows > most.max_rows or (m.max_keys or 0) > (most.max_keys or 0) for m in marks):
-        raise ValueError(f"{step}: the counts above were bounded differently on different paths ({marks})")
-    return most
+    """The counting step's mark above ``counts`` (None where no path has one: counts made otherwise, which a
+    step cannot check; paths without a mark are public inputs, such as the zero counts of every shard or
+    CombineGlobally's default). A ValueError where counts of several counting steps, or of one by several
+    paths, meet: summed, one unit would move them more than any one mark says."""
+    marks = [m for m in paths(counts, COUNTED) if m is not None]
+    if len(marks) > 1:
+        raise ValueError(f"{step}: the counts of {len(marks)} counting steps (or paths) meet here: one unit moves "
+                         "their sum further than either's bounds; count the merged rows once")  # fmt: skip
+    return marks[0] if marks else None
 
 
 def the_one(pcoll: beam.PCollection, name: str, what: str) -> Bounds | None:
-    """The mark ``name`` above ``pcoll`` where every path has the same, None where no path has one; a ValueError,
-    when the graph is built, where paths differ (``what`` names the step that reads it)."""
-    marks = upstream(pcoll, name)
-    if len(marks) > 1:
-        raise ValueError(f"{what}: the paths that lead here were bounded or counted differently ({marks})")
-    return marks[0]
+    """The mark ``name`` above ``pcoll``, found on exactly one path, or None where no path has one; a ValueError,
+    when the graph is built, where paths differ: marked on several (bounded rows of two paths merged: a unit's
+    rows may be on each, K on each), or on some and not others (rows not bounded at all)."""
+    found = paths(pcoll, name)
+    marked = [m for m in found if m is not None]
+    if len(marked) > 1:
+        raise ValueError(f"{what}: rows bounded on {len(marked)} paths meet here: a unit's rows may be on each; "
+                         "merge the rows first, then bound them once")  # fmt: skip
+    if marked and None in found:
+        raise ValueError(f"{what}: the rows here are bounded on one path and not on another: bound them all")
+    return marked[0] if marked else None

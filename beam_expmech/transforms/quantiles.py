@@ -132,6 +132,6 @@ class PrivateQuantiles(beam.PTransform):
         return {f"{q:g}": v for q, v in zip(self.quantiles, sorted(values), strict=True)}
 
     def expand(self, histograms):
-        lineage.check_sensitivity(histograms, self.max_rows, "PrivateQuantiles")  # a rank moves by K a unit
+        lineage.check_sensitivity(histograms, self.max_rows, "PrivateQuantiles", self.family)  # a rank: K a unit
         # col: one int64 histogram -> col: one {quantile: value} dict
         return histograms | "Quantiles" >> beam.Map(self.release)

@@ -121,6 +121,8 @@ def rows_as_batches(
     columns = {}
     for spec in specs:
         values = [_MISSING if r is None else r.get(spec.name, _MISSING) for r in records]
+        if any(issubclass(kind, np.generic) for kind in set(map(type, values))):  # numpy's scalars, as Python's
+            values = [v.item() if isinstance(v, np.generic) else v for v in values]
         for problem, mask in _problems(values, identity_types.get(spec.name)):
             flag(f"{spec.name}: {problem}", mask)
         columns[spec.name] = values

@@ -228,7 +228,7 @@ class PrivateSynthesis(beam.PTransform):
         return {c: numbers_in_bins(self.grids[c], v, source=source) if c in self.grids else v for c, v in table.items()}
 
     def expand(self, counts):
-        lineage.check_sensitivity(counts, self.max_rows, "PrivateSynthesis")  # a cell of each marginal: K a unit
+        lineage.check_sensitivity(counts, self.max_rows, "PrivateSynthesis", self.family)  # a cell of each: K a unit
         # col: one vector of every workload cell -> col: one (columns, details)
         return counts | "Synthesize" >> beam.Map(self.synthesize)
 

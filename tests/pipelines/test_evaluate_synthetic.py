@@ -36,15 +36,25 @@ def run_evaluate(*args: str) -> subprocess.CompletedProcess:
 
 def test_evaluate_synthetic_on_nltcs(tmp_path):
     lines = (NLTCS / "nltcs.csv").read_text().splitlines()
-    (tmp_path / "sample.csv").write_text("\n".join(lines[:1501]) + "\n")
-    run = run_evaluate(str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(tmp_path / "sample.csv"),
-                       "--columns", ",".join(lines[0].split(",")[:6]), "--json", str(tmp_path / "e.json"))  # fmt: skip
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "sample.csv").write_text("\n".join(lines[:1501]) + "\n")
+    run = run_evaluate(str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(tmp_path / "published" / "sample.csv"),
+                       "--columns", ",".join(lines[0].split(",")[:6]),
+                       "--json", str(tmp_path / "owner" / "e.json"))  # fmt: skip
     assert run.returncode == 0, run.stderr
     rows = np.array([[int(v) for v in line.split(",")] for line in lines[1:]])[:, :6]
     errors = numpy_workload_error(rows, rows[:1500], [2] * 6, 3)
     assert f"20 3-way marginals: average L1 error {np.mean(errors):.4f}, max {np.max(errors):.4f}" in run.stdout
     assert "not a release" in run.stdout
-    result = json.loads((tmp_path / "e.json").read_text())
+    result = json.loads((tmp_path / "owner" / "e.json").read_text())
+    refused = run_evaluate(
+        str(NLTCS / "nltcs.csv"),
+        str(NLTCS / "domain.json"),
+        str(tmp_path / "sample.csv"),
+        "--report",
+        str(tmp_path / "report.html"),
+    )  # beside the table: exact shares, refused
+    assert refused.returncode == 2 and "must lie outside the synthetic table's folder" in refused.stderr
     names = lines[0].split(",")[:6]
     by_marginal = {tuple(e["columns"]): e["error"] for e in result["errors"]}
     expected = dict(zip(itertools.combinations(names, 3), errors, strict=True))

@@ -51,16 +51,16 @@ def write_tables(folder: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory) -> tuple[Path, dict]:
-    """The report and the JSON of one run of the command."""
-    folder = tmp_path_factory.mktemp("report")
+def evaluated(tmp_path_factory) -> tuple[Path, dict, Path]:
+    """The report and the JSON of one run of the command, and the folder of the tables it read."""
+    folder, owner = tmp_path_factory.mktemp("report"), tmp_path_factory.mktemp("owner")  # not beside the table
     write_tables(folder)
     run = subprocess.run([sys.executable, "-m", "pipelines.evaluate_synthetic", str(folder / "real.parquet"),
                           str(folder / "domain.json"), str(folder / "synthetic.parquet"), "--json",
-                          str(folder / "evaluation.json"), "--report", str(folder / "report.html")],
+                          str(owner / "evaluation.json"), "--report", str(owner / "report.html")],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr
-    return folder / "report.html", json.loads((folder / "evaluation.json").read_text())
+    return owner / "report.html", json.loads((owner / "evaluation.json").read_text()), folder
 
 
 def shown(element) -> tuple[float, str]:
@@ -102,7 +102,7 @@ def assert_shows_the_json(html: str, result: dict) -> None:
 
 
 def test_the_json_holds_the_workload_and_the_columns(evaluated):
-    _, result = evaluated
+    _, result, _ = evaluated
     assert (
         result["evaluation"].startswith("Evaluation against the real data") and "do not publish" in result["evaluation"]
     )
@@ -122,12 +122,12 @@ def test_the_json_holds_the_workload_and_the_columns(evaluated):
     assert [h["role"] for h in result["heat_maps"]] == ["worst", "typical"]
     assert result["heat_maps"][0]["columns"] == result["errors"][0]["columns"]
     assert result["heat_maps"][1]["rank"] == 29  # the median of 56, worst first
-    (real, synthetic) = (pa.table(pq.read_table(evaluated[0].with_name(f"{t}.parquet"))) for t in ("real", "synthetic"))
+    (real, synthetic) = (pa.table(pq.read_table(evaluated[2] / f"{t}.parquet")) for t in ("real", "synthetic"))
     assert result["rows"] == {"real": real.num_rows, "synthetic": synthetic.num_rows}
 
 
 def test_the_page_shows_the_json_s_numbers_and_escapes_labels(evaluated):
-    report, result = evaluated
+    report, result, _ = evaluated
     html = report.read_text()
     assert_shows_the_json(html, result)
     assert "<script" not in html.lower() and "<i>" not in html  # nothing runs: a page to read
@@ -145,7 +145,7 @@ def test_the_page_shows_the_json_s_numbers_and_escapes_labels(evaluated):
 
 
 def test_the_number_check_sees_a_wrong_number(evaluated):
-    report, result = evaluated
+    report, result, _ = evaluated
     wrong = json.loads(json.dumps(result))
     wrong["errors"][3]["error"] += 1e-9
     with pytest.raises(AssertionError):
@@ -154,7 +154,7 @@ def test_the_number_check_sees_a_wrong_number(evaluated):
 
 def test_chromium_renders_the_report_with_every_image(evaluated, tmp_path):
     chromium = require()
-    report, result = evaluated
+    report, result, _ = evaluated
     png = tmp_path / "report.png"
     dom = dom_after_load(chromium, report, screenshot=png, size=(1200, 3000))
     with Image.open(png) as image:

@@ -189,3 +189,25 @@ def test_what_other_schemas_doom_is_refused_before_the_charge(tmp_path):
     assert not out.exists()  # a refused run leaves nothing behind, not even the release's folder
     good = {**charged, "--column": "price", "--candidates": str(tmp_path / "good.txt")}
     assert select.main([x for kv in good.items() for x in kv]) == 0  # a decimal(5, 2)'s text: "1.50"
+
+
+def test_a_run_never_writes_over_its_ledger_its_input_or_where_its_manifest_goes(tmp_path):
+    """The second review's cases: --output or --dead-letter at the ledger (its history gone: a fresh budget) or
+    at an input file (the data replaced by raw rows); a manifest's place that is a folder; a table's format."""
+    Ledger(str(tmp_path / "ledger.json")).init("d", epsilon=10.0)
+    flags = commands(tmp_path)
+    select_flags, synthesize_flags = flags["pipelines.select"], flags["pipelines.synthesize"]
+    ledger, data = select_flags["--budget-ledger"], select_flags["--input"]
+    (tmp_path / "out" / "s.manifest.json").mkdir(parents=True)
+    refused = [
+        ("pipelines.select", {**select_flags, "--output": ledger}, "--output is --budget-ledger"),
+        ("pipelines.select", {**select_flags, "--dead-letter": ledger}, "--dead-letter is --budget-ledger"),
+        ("pipelines.select", {**select_flags, "--dead-letter": data}, "--dead-letter is one of the input files"),
+        ("pipelines.select", {**select_flags, "--output": data}, "--output is one of the input files"),
+        ("pipelines.synthesize", {**synthesize_flags, "--output": str(tmp_path / "out" / "s.parquet")},
+         "is a folder or the ledger"),
+        ("pipelines.synthesize", {**synthesize_flags, "--output": str(tmp_path / "s.avro")}, "must end in .parquet"),
+    ]  # fmt: skip
+    for module, change, message in refused:
+        assert_usage_error(module, change, message)
+    assert Ledger(ledger).dataset("d")["releases"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from beam_expmech.io.validation import ColumnSpec
@@ -87,3 +88,49 @@ def test_counts_of_a_family_whose_rows_count_twice_need_twice_the_sensitivity():
     counts = validated(pipeline) | BoundContributions("user", 3) | PredicateCounts(family)
     with pytest.raises(ValueError, match="move by up to 6"):
         _ = counts | PrivateSelect(epsilon=1.0, sensitivity=3, num_candidates=3)
+
+
+def test_two_bounded_paths_that_meet_are_refused():
+    """The second review's case: monthly exports each bounded, then flattened: one unit's K rows on each (its key
+    counted as 2 units, a count moved by 2K); a bounded PCollection flattened with itself alike."""
+    pipeline = beam.Pipeline()
+    months = [validated(pipeline, m) | f"Bound {m}" >> BoundContributions("user", 5, key_column="query", max_keys=1)
+              for m in ("jan", "feb")]  # fmt: skip
+    both = months | "Both" >> beam.Flatten()
+    with pytest.raises(ValueError, match="rows bounded on 2 paths meet here"):
+        _ = both | "Keys" >> KeyCounts("query", unit_column="user")
+    with pytest.raises(ValueError, match="rows bounded on 2 paths meet here"):
+        _ = both | "Items" >> PredicateCounts(CategoryCounts("item", range(3)))
+    twice = (months[0], months[0]) | "Twice" >> beam.Flatten()
+    with pytest.raises(ValueError, match="rows bounded on 2 paths meet here"):
+        _ = twice | "Twice keys" >> KeyCounts("query", unit_column="user")
+    _ = (
+        both
+        | "Again" >> BoundContributions("user", 5, key_column="query", max_keys=1)
+        | "Once" >> KeyCounts("query", unit_column="user")
+    )  # merged, then bounded again by the same unit: K rows a unit in all
+    counted = [months[1] | f"Count {i}" >> PredicateCounts(CategoryCounts("item", range(3))) for i in range(2)]
+    with pytest.raises(ValueError, match="counts of 2 counting steps"):
+        _ = counted | "Sum" >> beam.Flatten() | PrivateSelect(epsilon=1.0, sensitivity=5, num_candidates=3)
+
+
+def test_bounding_again_by_another_unit_is_refused():
+    """The second review's case: bounded by user (K 5), then by session (K 1): one user moved a count by 5 against
+    a sensitivity of 1."""
+    pipeline = beam.Pipeline()
+    by_user = validated(pipeline) | BoundContributions("user", 5)
+    with pytest.raises(ValueError, match="bounded by unit 'user' already"):
+        _ = by_user | "Session" >> BoundContributions("item", 1)
+
+
+def test_a_final_step_refuses_counts_of_another_family():
+    """The second review's case: ExpressionCounts (a row in up to 100 counts) read as a HistogramCounts."""
+    from beam_expmech.predicates import ExpressionCounts
+
+    pipeline = beam.Pipeline()
+    grid = HistogramCounts("x", 0, 1, 8)
+    edges = (0.0, 0.25, 0.5, 0.75, 0.8, 0.85, 0.9, 0.95)
+    steps = ExpressionCounts([pc.field("x") >= e for e in edges], columns=["x"])
+    histogram = validated(pipeline) | PredicateCounts(steps) | GatherCounts()
+    with pytest.raises(ValueError, match="over other candidates than the HistogramCounts"):
+        _ = histogram | PrivateQuantiles(epsilon=1.0, quantiles=[0.5], family=grid, max_rows=1)

@@ -257,3 +257,13 @@ def test_elements_it_cannot_read_stop_the_job_when_their_type_is_unknown_until_r
     with pytest.raises(Exception, match="not tuple"):
         pipeline.run().wait_until_finish()
     assert not (tmp_path / "release.json").exists()
+
+
+def test_numpy_scalars_are_read_as_the_numbers_they_are(tmp_path):
+    """The second review's case: {"item": np.int64(3)} went to the dead letter, every row, and a release came out."""
+    rows = [{"user": int(u), "item": np.int64(u % 3), "x": np.float32(0.5)} for u in range(30)]
+    specs = [ColumnSpec("user", "any"), ColumnSpec("item", "int"), ColumnSpec("x", "float")]
+    with beam.Pipeline() as pipeline:
+        checked = pipeline | beam.Create(rows) | RowsToBatches(schema=specs, identity_types={"user": int})
+        _ = checked.good | beam.Map(lambda b: (tmp_path / "good").write_text(str(b.num_rows)))
+    assert (tmp_path / "good").read_text() == "30"
