@@ -217,9 +217,16 @@ MUTANTS = [
     Mutant(
         "a final step takes a sensitivity below the counts' bounding (issue 35's PrivateSelect(sensitivity=1))",
         "beam_expmech/transforms/lineage.py",
-        "    if bounds is not None and (bounds.sensitivity or 0) > sensitivity:",
+        "    if (bounds.sensitivity or 0) > sensitivity:",
         "    if False:",
         ("tests/transforms/test_lineage.py::test_a_selection_refuses_a_sensitivity_below_the_bounding",),
+    ),
+    Mutant(
+        "bounded rows of two paths that meet pass as bounded once (the second review of issue 34: monthly exports)",
+        "beam_expmech/transforms/lineage.py",
+        "    if len(marked) > 1:\n        raise ValueError(f\"{what}: rows bounded on",
+        "    if len(marked) > 2:\n        raise ValueError(f\"{what}: rows bounded on",
+        ("tests/transforms/test_lineage.py::test_two_bounded_paths_that_meet_are_refused",),
     ),
     Mutant(
         "a run warns when rows were rejected (issue 34, item 2: the line tells of one person's bad row)",
