@@ -67,7 +67,7 @@ class PrivateHalfspace(beam.PTransform):
     def expand(self, pattern_counts):
         # col: one int64 vector of pattern counts -> col: one list of weights
         lineage.check_sensitivity(pattern_counts, self.sensitivity, "PrivateHalfspace")
-        counted = lineage.widest(pattern_counts, "PrivateHalfspace")
+        counted = lineage.counted_by(pattern_counts, "PrivateHalfspace")
         patterns = 2 ** (self.candidates.num_features + 1)
         if (
             counted is not None

@@ -153,7 +153,7 @@ class KeyCounts(beam.PTransform):
 def check_bounds(counts, *, max_rows: int, max_keys: int, step: str) -> None:
     """A ValueError, when the graph is built, if the bounds of the KeyCounts above ``counts`` exceed the K rows
     and L keys a unit is said to hold (the noise would not cover a unit); nothing where no KeyCounts marks them."""
-    bounds = lineage.widest(counts, step)
+    bounds = lineage.counted_by(counts, step)
     if bounds is not None and (bounds.max_rows > max_rows or (bounds.max_keys or 1) > max_keys):
         raise ValueError(
             f"{step}: the counts above are bounded to {bounds.max_rows} rows over {bounds.max_keys} keys a unit, "

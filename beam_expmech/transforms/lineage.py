@@ -41,9 +41,6 @@ def mark(pcoll: beam.PCollection, name: str, value) -> beam.PCollection:
     return pcoll
 
 
-_MOST_PATHS = 64  # a graph that joins more paths than this is not walked further: refused as joining several
-
-
 def paths(pcoll: beam.PCollection, name: str) -> list:
     """The nearest mark ``name`` on each path from the graph's roots to ``pcoll``, once a path (one bounded
     PCollection reached by two paths, a Flatten of it with itself, counts twice: a unit's rows are on both), and
@@ -61,7 +58,7 @@ def paths(pcoll: beam.PCollection, name: str) -> list:
             elif not inputs:
                 seen[id(node)] = [None]
             else:
-                seen[id(node)] = [mark for parent in inputs for mark in walk(parent)][:_MOST_PATHS]
+                seen[id(node)] = [mark for parent in inputs for mark in walk(parent)]
         return seen[id(node)]
 
     return walk(pcoll)
@@ -97,7 +94,7 @@ def check_sensitivity(counts: beam.PCollection, sensitivity: float, step: str, f
     """A ValueError, when the graph is built, if the counts above (PredicateCounts' mark) move by more than the
     ``sensitivity`` a final step's noise is for, or count another ``family`` than the one it reads them as;
     nothing where no mark tells (counts made otherwise)."""
-    bounds = widest(counts, step)
+    bounds = counted_by(counts, step)
     if bounds is None:
         return
     if (bounds.sensitivity or 0) > sensitivity:
@@ -111,7 +108,7 @@ def check_sensitivity(counts: beam.PCollection, sensitivity: float, step: str, f
                          f"the {family_of(family)[0]} it reads them as: count the family it is given")  # fmt: skip
 
 
-def widest(counts: beam.PCollection, step: str) -> Bounds | None:
+def counted_by(counts: beam.PCollection, step: str) -> Bounds | None:
     """The counting step's mark above ``counts`` (None where no path has one: counts made otherwise, which a
     step cannot check; paths without a mark are public inputs, such as the zero counts of every shard or
     CombineGlobally's default). A ValueError where counts of several counting steps, or of one by several

@@ -224,8 +224,8 @@ MUTANTS = [
     Mutant(
         "bounded rows of two paths that meet pass as bounded once (the second review of issue 34: monthly exports)",
         "beam_expmech/transforms/lineage.py",
-        "    if len(marked) > 1:\n        raise ValueError(f\"{what}: rows bounded on",
-        "    if len(marked) > 2:\n        raise ValueError(f\"{what}: rows bounded on",
+        '    if len(marked) > 1:\n        raise ValueError(f"{what}: rows bounded on',
+        '    if len(marked) > 2:\n        raise ValueError(f"{what}: rows bounded on',
         ("tests/transforms/test_lineage.py::test_two_bounded_paths_that_meet_are_refused",),
     ),
     Mutant(
