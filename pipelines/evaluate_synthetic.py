@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", help="write the evaluation here as one self-contained HTML page (not a release)")
     args = parser.parse_args(argv)
     for flag, path in (("--json", args.json), ("--report", args.report)):
-        if path and flags.inside(path, flags.published_folder(args.synthetic)):  # exact shares of the real data
+        if path and writers.inside(path, writers.published_folder(args.synthetic)):  # exact shares of the real data
             raise ValueError(f"{flag} must lie outside the synthetic table's folder (where releases are published)")
     result = evaluation(
         args.real, args.domain, args.synthetic, args.degree, args.columns.split(",") if args.columns else None

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from typing import NoReturn
 
-from beam_expmech.io import readers
+from beam_expmech.io import readers, writers
 from beam_expmech.io.validation import ColumnSpec
 from pipelines import runners
 from pipelines.console import LOG_LEVELS, USAGE_ERROR
@@ -109,6 +109,7 @@ def check_unit_flags(args: argparse.Namespace) -> None:
 def check_destinations(args: argparse.Namespace) -> None:
     """--output and --dead-letter (file:// taken as the local path it names) are places a run can write, checked
     before anything is read or spent; the dead letter, raw rows, lies outside the release's folder."""
+    ledger = getattr(args, "budget_ledger", None)
     for flag in ("output", "dead_letter"):
         path = getattr(args, flag)
         if path is None:
@@ -118,6 +119,8 @@ def check_destinations(args: argparse.Namespace) -> None:
         name = "--" + flag.replace("_", "-")
         if "://" in path and not path.startswith("gs://"):
             raise ValueError(f"{name} must be a local path or gs://BUCKET/...")
+        if ledger is not None and writers.location(path) == writers.location(ledger):
+            raise ValueError(f"{name} is --budget-ledger: a run must not write over it")
         if not path.startswith("gs://"):
             if os.path.isdir(path) or path.endswith(os.sep):
                 raise ValueError(f"{name} names a folder: give a file's path")
@@ -128,38 +131,9 @@ def check_destinations(args: argparse.Namespace) -> None:
                 tempfile.TemporaryDirectory(dir=folder).cleanup()
             except OSError as error:
                 raise ValueError(f"{name}: {folder} cannot be written ({error.strerror})") from None
-    written = [(f, getattr(args, f)) for f in ("output", "dead_letter") if getattr(args, f) is not None]
-    kept = [("budget_ledger", getattr(args, "budget_ledger", None))]
-    for name, path in written:
-        clash = [other for other, kept_path in kept if kept_path and location(kept_path) == location(path)]
-        if clash:
-            flag, other = (f"--{n.replace('_', '-')}" for n in (name, clash[0]))
-            raise ValueError(f"{flag} is {other}: a run must not write over it")
-    if args.dead_letter is not None and inside(args.dead_letter, published_folder(args.output)):
+    if args.dead_letter is not None and writers.inside(args.dead_letter, writers.published_folder(args.output)):
         raise ValueError("--dead-letter must lie outside the folder of --output (where releases are published): "
                          "the dead letter holds raw rows")  # fmt: skip
-
-
-def location(path: str) -> str:
-    """Where a write to ``path`` lands, as one string: gs:// as written (an object's name is taken literally:
-    gs://b//x and gs://b/x are two objects); a local path absolute, its folder's links resolved but not the
-    file's own (a write replaces a link, it does not follow it)."""
-    if path.startswith("gs://"):
-        return path
-    path = os.path.abspath(path)
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def published_folder(output: str) -> str:
-    """The folder a release is written to, as ``location`` gives it, with its separator: what is published with
-    it. For gs://, the object's prefix up to its last "/" (the bucket itself for an object at its root)."""
-    where = location(output)
-    return where[: where.rindex("/") + 1] if output.startswith("gs://") else os.path.dirname(where) + os.sep
-
-
-def inside(path: str, folder: str) -> bool:
-    """Whether ``path`` (local or gs://) lies in ``folder`` (as ``published_folder`` gives it) or below it."""
-    return location(path).startswith(folder)
 
 
 def unit_specs(args: argparse.Namespace) -> list[ColumnSpec]:

@@ -50,11 +50,9 @@ def check_input(
     if reserved:
         raise ValueError(f"column {reserved[0]!r}: names beginning with '__' are the library's own; rename it")
     files = readers.match_files(args.input)
-    from pipelines.flags import location  # flags' module imports console, which imports this one
-
-    read = {location(f) for f in files}
+    read = {writers.location(f) for f in files}
     written = [f"--{f.replace('_', '-')}" for f in ("output", "dead_letter") if getattr(args, f, None)
-               and location(getattr(args, f)) in read]  # fmt: skip
+               and writers.location(getattr(args, f)) in read]  # fmt: skip
     if written:
         raise ValueError(f"{written[0]} is one of the input files: a run must not write over its data")
     identities = [s.name for s in specs if s.kind == "any"]

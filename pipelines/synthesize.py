@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--output must end in .parquet or .csv (the table's format), got {args.output!r}")
     manifest = manifest_path(args.output)
     if os.path.isdir(manifest) or (
-        args.budget_ledger and flags.location(args.budget_ledger) == flags.location(manifest)
+        args.budget_ledger and writers.location(args.budget_ledger) == writers.location(manifest)
     ):
         raise ValueError(f"the manifest's place, {manifest}, is a folder or the ledger: choose another --output")
     parameters.positive_finite(args.epsilon, "epsilon")

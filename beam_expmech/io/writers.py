@@ -60,11 +60,16 @@ def open_atomically(path: str) -> Iterator[BinaryIO]:
     except BaseException:
         os.unlink(handle.name)
         raise
-    folder_handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    _flush_folder(folder)
+
+
+def _flush_folder(folder: str) -> None:
+    """A rename lives in its folder: flushed, so that a power cut cannot undo it."""
+    handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        os.fsync(folder_handle)
+        os.fsync(handle)
     finally:
-        os.close(folder_handle)
+        os.close(handle)
 
 
 def rename_atomically(source: str, path: str) -> None:
@@ -79,20 +84,12 @@ def rename_atomically(source: str, path: str) -> None:
         return
     path = path.removeprefix("file://")
     os.replace(source.removeprefix("file://"), path)
-    folder_handle = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(folder_handle)
-    finally:
-        os.close(folder_handle)
+    _flush_folder(os.path.dirname(os.path.abspath(path)))
 
 
 def write_atomically(path: str, data: bytes) -> None:
     """Write ``data`` so that ``path`` is either absent, as before, or complete (``open_atomically``; on gs://
     a single object upload, which the service makes visible only when finished)."""
-    if _remote(path):
-        with FileSystems.create(path) as handle:
-            handle.write(data)
-        return
     with open_atomically(path) as handle:
         handle.write(data)
 
@@ -123,3 +120,25 @@ def write_table_atomically(path: str, schema: pa.Schema, chunks: Iterable[pa.Tab
         with pacsv.CSVWriter(handle, schema) if csv else pq.ParquetWriter(handle, schema) as writer:
             for chunk in chunks:
                 writer.write_table(chunk)
+
+
+def location(path: str) -> str:
+    """Where a write to ``path`` lands, as one string: gs:// as written (an object's name is taken literally:
+    gs://b//x and gs://b/x are two objects); a local path absolute, its folder's links resolved but not the
+    file's own (a write replaces a link, it does not follow it)."""
+    if path.startswith("gs://"):
+        return path
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def published_folder(output: str) -> str:
+    """The folder a release is written to, as ``location`` gives it, with its separator: what is published with
+    it. For gs://, the object's prefix up to its last "/" (the bucket itself for an object at its root)."""
+    where = location(output)
+    return where[: where.rindex("/") + 1] if output.startswith("gs://") else os.path.dirname(where) + os.sep
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` (local or gs://) lies in ``folder`` (as ``published_folder`` gives it) or below it."""
+    return location(path).startswith(folder)

@@ -72,10 +72,7 @@ class PrivateHalfspace(beam.PTransform):
         if (
             counted is not None
             and counted.family is not None
-            and (
-                type(getattr(counted.family, "original", counted.family)).__name__ != "MarginalCounts"
-                or counted.family.num_candidates != patterns
-            )
+            and (lineage.family_of(counted.family)[0] != "MarginalCounts" or counted.family.num_candidates != patterns)
         ):  # a pattern's count must be the records of that (features, label) pattern, one a record
             raise ValueError(f"PrivateHalfspace: the counts above are not the {patterns} bit patterns' "
                              "MarginalCounts of (features, label)")  # fmt: skip

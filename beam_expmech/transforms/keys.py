@@ -150,11 +150,13 @@ class KeyCounts(beam.PTransform):
         return bounded
 
 
-def check_bounds(counts, *, max_rows: int, max_keys: int, step: str) -> None:
+def check_bounds(counts, *, max_rows: int | None, max_keys: int, step: str) -> None:
     """A ValueError, when the graph is built, if the bounds of the KeyCounts above ``counts`` exceed the K rows
-    and L keys a unit is said to hold (the noise would not cover a unit); nothing where no KeyCounts marks them."""
+    (None: a step that reads no row count) and L keys a unit is said to hold (the noise would not cover a unit);
+    nothing where no KeyCounts marks them."""
     bounds = lineage.counted_by(counts, step)
-    if bounds is not None and (bounds.max_rows > max_rows or (bounds.max_keys or 1) > max_keys):
+    rows_over = max_rows is not None and bounds is not None and bounds.max_rows > max_rows
+    if bounds is not None and (rows_over or (bounds.max_keys or 1) > max_keys):
         raise ValueError(
             f"{step}: the counts above are bounded to {bounds.max_rows} rows over {bounds.max_keys} keys a unit, "
             f"more than max_rows={max_rows}, max_keys={max_keys}: the noise would not cover it"
@@ -326,5 +328,5 @@ class PrivateKeys(beam.PTransform):
         return shard, table.filter(pa.array(kept))
 
     def expand(self, counts):
-        check_bounds(counts, max_rows=1 << 62, max_keys=self.rule.max_keys, step=self.label)  # rows: not read here
+        check_bounds(counts, max_rows=None, max_keys=self.rule.max_keys, step=self.label)
         return counts | "Keep" >> beam.MapTuple(self.keep)
