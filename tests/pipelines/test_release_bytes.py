@@ -61,7 +61,8 @@ def data(tmp_path_factory) -> Path:
 
 UNIT = ["--privacy-unit", "user_id", "--max-rows-per-unit", "3"]
 CASES = {
-    "select_range": (select, ["--column", "item", "--candidate-range", "0:40", *UNIT, "--epsilon", "1", "--top-k", "3"]),
+    "select_range": (select, ["--column", "item", "--candidate-range", "0:40", *UNIT, "--epsilon", "1",
+                              "--top-k", "3"]),
     "select_candidates_pf": (select, ["--column", "category", "--candidates", "{data}/candidates.txt",
                                       "--mechanism", "permute-and-flip", "--epsilon", "0.5"]),
     "select_keys_laplace": (select, ["--column", "category", *UNIT, "--max-keys-per-unit", "2", "--epsilon", "1",
