@@ -39,6 +39,16 @@ def probability(value: object, name: str) -> float:
     return float(value)
 
 
+def finite_range(lower: object, upper: object, lower_name: str, upper_name: str) -> tuple[float, float]:
+    """(``lower``, ``upper``) as floats, if both are real, finite, and lower < upper (a public range)."""
+    for value, name in ((lower, lower_name), (upper, upper_name)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{name} must be a real number, got {value!r}")
+    if not (math.isfinite(float(upper) - float(lower)) and float(lower) < float(upper)):
+        raise ValueError(f"{lower_name} must be below {upper_name}, both finite; got {lower} and {upper}")
+    return float(lower), float(upper)
+
+
 def count(value: object, name: str, *, at_most: int | None = None, of: str = "candidates") -> int:
     """``value`` as an int >= 1 (and <= ``at_most``, the number of ``of``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:

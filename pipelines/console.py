@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 
 from beam_expmech.io.errors import InputError, describe_error
 from beam_expmech.ledger import OverspendError
-from pipelines.job import JobFailedError
-from pipelines.runners import RunnerUnavailableError
+from beam_expmech.releases.passes import JobFailedError
+from beam_expmech.releases.runners import RunnerUnavailableError
 
 # Exit codes: the job failed after it started reading (its charge stays) or its runner cannot be reached
 # (found before the charge: nothing spent), a usage error (nothing spent), the budget would be overspent

@@ -22,21 +22,23 @@ import numpy as np
 
 from beam_expmech.grids import NumericGrid
 from beam_expmech.io import readers, writers
+from beam_expmech.io.release_files import manifest_path
 from beam_expmech.io.validation import MalformedRows, reason_column, validate
 from beam_expmech.predicates import MarginalWorkload
-from pipelines import console, domain_files, evaluation_report, flags, synthesize
+from beam_expmech.releases import domains
+from pipelines import console, evaluation_report, flags
 
 NOTICE = "Evaluation against the real data \u2014 not a differentially private release; do not publish."
 HEAT_MAP_CELLS = 4096  # a marginal with more cells is in the error table only
 
 
-def workload_counts(path: str, workload: MarginalWorkload, domain: domain_files.Domain, domain_path: str) -> np.ndarray:
+def workload_counts(path: str, workload: MarginalWorkload, domain: domains.Domain, domain_path: str) -> np.ndarray:
     """Summed workload counts of one table; a value outside its column's domain is an error, but for a numeric
     column's, clamped into its grid's end bin as synthesize counts it (the same ``ColumnSpec``)."""
     files = readers.match_files(path)
     readers.check_columns(files, None, list(workload.columns))
-    domain = domain_files.with_input_types(domain, path, None, domain_path)
-    specs = [domain_files.domain_spec(c, domain[c]) for c in workload.columns]
+    domain = domains.with_input_types(domain, path, None, domain_path)
+    specs = [domains.domain_spec(c, domain[c]) for c in workload.columns]
     total = np.zeros(workload.num_candidates, dtype=np.int64)
     for file in files:
         for split in readers.splits(file, readers.file_format(file)):
@@ -88,29 +90,27 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
     both tables (probabilities, by code, with what each code stands for), and the worst and a typical (median
     error) marginal's cells in both tables (for degree 2 or more, among the marginals of at most
     HEAT_MAP_CELLS cells)."""
-    domain = domain_files.read_domain(domain_path)
-    if domain_files.private_grids(domain):  # their edges were released: the synthetic table's manifest states them
-        manifest = synthesize.manifest_path(synthetic)
+    domain = domains.read_domain(domain_path)
+    if domains.private_grids(domain):  # their edges were released: the synthetic table's manifest states them
+        manifest = manifest_path(synthetic)
         try:
             released = readers.read_json(manifest)
         except (OSError, ValueError):
             raise ValueError(
                 f"{domain_path} has private bin edges, stated in {manifest}, which cannot be read"
             ) from None
-        domain = domain_files.with_released_edges(domain, released)
+        domain = domains.with_released_edges(domain, released)
     columns = columns or list(domain)
     if not 1 <= degree <= len(columns):
         raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")
     marginals = list(itertools.combinations(columns, degree))
     # One pass over each table counts the workload and every column's 1-way marginal together.
-    workload = MarginalWorkload(
-        list(dict.fromkeys([(c,) for c in columns] + marginals)), domain_files.domain_sizes(domain)
-    )
+    workload = MarginalWorkload(list(dict.fromkeys([(c,) for c in columns] + marginals)), domains.domain_sizes(domain))
     real_counts = workload.split(workload_counts(real, workload, domain, domain_path))
     synthetic_counts = workload.split(workload_counts(synthetic, workload, domain, domain_path))
     errors = workload_errors({m: real_counts[m] for m in marginals}, synthetic_counts)
     ranked = sorted(marginals, key=lambda m: -errors[m])  # stable: ties keep the workload's order
-    labels = {c: bin_labels(v) for c, v in domain_files.with_input_types(domain, real, None, domain_path).items()}
+    labels = {c: bin_labels(v) for c, v in domains.with_input_types(domain, real, None, domain_path).items()}
     values = list(errors.values())
     result = {
         "evaluation": NOTICE,

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from typing import NoReturn
 
-from beam_expmech.io import readers, writers
-from beam_expmech.io.validation import ColumnSpec
-from pipelines import runners
+from beam_expmech.io import readers
+from beam_expmech.releases import runners
 from pipelines.console import LOG_LEVELS, USAGE_ERROR
 
 
@@ -92,50 +89,3 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger, whose total budget this run spends")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; read no data, spend nothing")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
-
-
-def check_unit_flags(args: argparse.Namespace) -> None:
-    if (args.budget_ledger is None) != (args.dataset_id is None):
-        raise ValueError("--budget-ledger and --dataset-id go together")
-    if (args.privacy_unit is None) != (args.max_rows_per_unit is None):
-        raise ValueError("--privacy-unit and --max-rows-per-unit go together")
-    if args.privacy_unit == "":
-        raise ValueError("--privacy-unit is empty: name the column that identifies a unit")
-    if args.max_rows_per_unit is not None and args.max_rows_per_unit < 1:
-        raise ValueError(f"--max-rows-per-unit must be >= 1, got {args.max_rows_per_unit}")
-    check_destinations(args)
-
-
-def check_destinations(args: argparse.Namespace) -> None:
-    """--output and --dead-letter (file:// taken as the local path it names) are places a run can write, checked
-    before anything is read or spent; the dead letter, raw rows, lies outside the release's folder."""
-    ledger = getattr(args, "budget_ledger", None)
-    for flag in ("output", "dead_letter"):
-        path = getattr(args, flag)
-        if path is None:
-            continue
-        path = path.removeprefix("file://")
-        setattr(args, flag, path)
-        name = "--" + flag.replace("_", "-")
-        if "://" in path and not path.startswith("gs://"):
-            raise ValueError(f"{name} must be a local path or gs://BUCKET/...")
-        if ledger is not None and writers.location(path) == writers.location(ledger):
-            raise ValueError(f"{name} is --budget-ledger: a run must not write over it")
-        if not path.startswith("gs://"):
-            if os.path.isdir(path) or path.endswith(os.sep):
-                raise ValueError(f"{name} names a folder: give a file's path")
-            folder = os.path.dirname(os.path.abspath(path))
-            while not os.path.exists(folder):  # the run makes the rest of the way
-                folder = os.path.dirname(folder)
-            try:  # a folder made in it and removed: what the run will do there, known to work, nothing left
-                tempfile.TemporaryDirectory(dir=folder).cleanup()
-            except OSError as error:
-                raise ValueError(f"{name}: {folder} cannot be written ({error.strerror})") from None
-    if args.dead_letter is not None and writers.inside(args.dead_letter, writers.published_folder(args.output)):
-        raise ValueError("--dead-letter must lie outside the folder of --output (where releases are published): "
-                         "the dead letter holds raw rows")  # fmt: skip
-
-
-def unit_specs(args: argparse.Namespace) -> list[ColumnSpec]:
-    """The privacy-unit column, if any: any type, never null."""
-    return [ColumnSpec(args.privacy_unit, "any")] if args.privacy_unit else []

@@ -18,16 +18,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-import apache_beam as beam
-
 from beam_expmech import halfspaces
 from beam_expmech.io import readers
-from beam_expmech.io.validation import ColumnSpec
-from beam_expmech.manifest import BETA, rows_per_unit
-from beam_expmech.mechanisms import accuracy_bound
-from beam_expmech.predicates import MarginalCounts
-from beam_expmech.transforms import GatherCounts, PrivateHalfspace
-from pipelines import budget, console, flags, job
+from beam_expmech.releases import Budget, Files, Halfspace, PrivacyUnit, PrivateRelease
+from pipelines import console, flags
 
 
 def build_parser() -> flags.ArgumentParser:
@@ -46,7 +40,12 @@ def build_parser() -> flags.ArgumentParser:
     )
     candidates.add_argument("--candidates", help="a file of weight vectors, one comma-separated line each")
     flags.add_privacy_flags(parser)
-    parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="the release, OUT.json, OUT.csv or OUT.parquet (local or "
+        "gs://): a table's public fields go to OUT.manifest.json beside it",
+    )
     return parser
 
 
@@ -58,87 +57,35 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return build_parser().parse_known_args(bound)
 
 
-def feature_columns(args: argparse.Namespace) -> list[str]:
-    features = [f.strip() for f in args.features.split(",") if f.strip()]
-    if not features or len(set(features)) != len(features) or args.label in features:
-        raise ValueError("--features must name distinct columns, none of them the --label")
-    if len(features) > halfspaces.MAX_FEATURES:
-        raise ValueError(f"at most {halfspaces.MAX_FEATURES} features, got {len(features)}")
-    return features
-
-
-def candidate_matrix(args: argparse.Namespace, num_features: int) -> halfspaces.Candidates:
-    """The public candidates, with their weights read exactly as written (0.1 is 1/10)."""
+def candidate_rows(args: argparse.Namespace) -> list[list[str]] | None:
+    """The weight vectors of --candidates, as written (one comma-separated line each), or None."""
     if args.candidates is None:
-        try:
-            weights = [halfspaces.exact_weight(w) for w in args.weights.split(",") if w.strip()]
-        except ValueError:
-            raise ValueError(f"--weights must be numbers separated by commas, got {args.weights!r}") from None
-        return halfspaces.weight_grid(weights, num_features, max_candidates=args.max_candidates, name="--weights")
-    try:
-        rows = [
-            [halfspaces.exact_weight(w) for w in line.split(",")]
-            for line in readers.read_text(args.candidates).splitlines()
-            if line.strip()
-        ]
-    except ValueError:
-        raise ValueError(f"{args.candidates}: every line must be comma-separated numbers") from None
-    if any(len(row) != num_features for row in rows):
-        raise ValueError(f"{args.candidates}: every line must hold {num_features} weights")
-    return halfspaces.check_candidates(
-        rows, num_features, max_candidates=halfspaces.DEFAULT_MAX_CANDIDATES, name=args.candidates
-    )
+        return None
+    return [line.split(",") for line in readers.read_text(args.candidates).splitlines() if line.strip()]
 
 
-def final_step(args: argparse.Namespace, candidates: halfspaces.Candidates) -> PrivateHalfspace:
-    """The final step the command line asks for, on the gathered pattern counts (also run by the privacy audit).
-
-    Sensitivity: each privacy unit adds or removes at most K = --max-rows-per-unit records (1 without a unit
-    column), so each fit count moves by at most K.
-    """
-    return PrivateHalfspace(
-        epsilon=args.epsilon, candidates=candidates, max_rows=rows_per_unit(args.max_rows_per_unit), seed=args.seed
-    )
-
-
-def pattern_family(args: argparse.Namespace, features: list[str]) -> tuple[MarginalCounts, list[ColumnSpec]]:
-    """The bit patterns of (features, label) the data pass counts, and how the columns must look to count."""
-    columns = [*features, args.label]
-    specs = [ColumnSpec(c, "int", domain=(0, 2)) for c in columns] + flags.unit_specs(args)
-    return MarginalCounts(columns, [2] * len(columns)), specs
+def declared(args: argparse.Namespace) -> PrivateRelease:
+    """The release the flags declare."""
+    query = Halfspace([f.strip() for f in args.features.split(",") if f.strip()], args.label,
+                      weights=[w for w in args.weights.split(",") if w.strip()], candidates=candidate_rows(args),
+                      max_candidates=args.max_candidates)  # fmt: skip
+    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
+                          unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit),
+                          budget=Budget(args.epsilon, 0.0, args.budget_ledger, args.dataset_id),
+                          dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
-    flags.check_unit_flags(args)
-    features = feature_columns(args)
-    candidates = candidate_matrix(args, len(features))
-    step = final_step(args, candidates)
-    family, specs = pattern_family(args, features)
-    loss = accuracy_bound(
-        epsilon=step.epsilon, sensitivity=step.sensitivity, beta=BETA, num_candidates=len(candidates), monotonic=True
-    )
-    files = job.check_input(args, specs)
-
-    public = budget.release_manifest(
-        args,
-        mechanism="exponential",
-        cost=step.cost,
-        accuracy={"records_fit_below_best": loss},
-        features=features,
-        label=args.label,
-        rule="sum(weights[j] * features[j]) >= label",
-        sensitivity=step.sensitivity,
-        monotonic=True,
-        num_candidates=len(candidates),
-    )
-    release = GatherCounts() | step | "Manifest" >> beam.Map(lambda weights: {"weights": weights, **public})
-    if budget.dry_run(args, step.cost, files, public):
+    release = declared(args)
+    if args.dry_run:
+        print(release.dry_run())
         return 0
-    released = job.run_charged(args, beam_args, job.CountingJob(files, specs, family, release), step.cost, "learn")
+    released = release.run(beam_args)
     print(
-        f"weights {released['weights']} for {', '.join(features)} >= {args.label}: one of {len(candidates):,} "
-        f"candidates by the exponential mechanism, epsilon={args.epsilon:g}; release {args.output}"
+        f"weights {released['weights']} for {', '.join(released['features'])} >= {args.label}: one of "
+        f"{released['num_candidates']:,} candidates by the exponential mechanism, epsilon={args.epsilon:g}; "
+        f"release {args.output}"
     )
     return 0
 

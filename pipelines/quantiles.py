@@ -14,18 +14,11 @@ worker ever holds the column.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
-import apache_beam as beam
-
-from beam_expmech.io.validation import ColumnSpec
-from beam_expmech.manifest import BETA, rows_per_unit
-from beam_expmech.mechanisms.quantile import rank_error_bound
-from beam_expmech.predicates import HistogramCounts
-from beam_expmech.transforms import GatherCounts, PrivateQuantiles
+from beam_expmech.releases import Budget, Files, PrivacyUnit, PrivateRelease, Quantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
-from pipelines import budget, console, flags, job
+from pipelines import console, flags
 
 
 def build_parser() -> flags.ArgumentParser:
@@ -47,7 +40,12 @@ def build_parser() -> flags.ArgumentParser:
         "Joint is the more accurate for many quantiles or a small epsilon on continuous data; with many "
         "tied values (integer codes) use independent.",
     )
-    parser.add_argument("--output", required=True, help="the release, OUT.json (local or gs://)")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="the release, OUT.json, OUT.csv or OUT.parquet (local or "
+        "gs://): a table's public fields go to OUT.manifest.json beside it",
+    )
     return parser
 
 
@@ -63,66 +61,26 @@ def parse_quantiles(text: str) -> list[float]:
         raise ValueError(f"--quantiles must be numbers separated by commas, got {text!r}") from None
 
 
-def final_step(args: argparse.Namespace, family: HistogramCounts) -> PrivateQuantiles:
-    """The final step the command line asks for: summed histogram -> quantiles (also run by the privacy audit).
-
-    Sensitivity: each unit keeps at most K = --max-rows-per-unit rows (1 without a unit column).
-    """
-    return PrivateQuantiles(
-        epsilon=args.epsilon,
-        quantiles=parse_quantiles(args.quantiles),
-        family=family,
-        method=args.method,
-        max_rows=rows_per_unit(args.max_rows_per_unit),
-        seed=args.seed,
-    )
+def declared(args: argparse.Namespace) -> PrivateRelease:
+    """The release the flags declare."""
+    query = Quantiles(args.column, args.lower, args.upper, parse_quantiles(args.quantiles), bins=args.bins,
+                      method=args.method)  # fmt: skip
+    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
+                          unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit),
+                          budget=Budget(args.epsilon, 0.0, args.budget_ledger, args.dataset_id),
+                          dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = parse_args(argv)
-    flags.check_unit_flags(args)
-    if not (math.isfinite(args.upper - args.lower) and args.lower < args.upper):
-        raise ValueError(f"--lower must be below --upper, both finite; got {args.lower} and {args.upper}")
-    family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
-    step = final_step(args, family)  # checks epsilon and the quantiles, and rehearses them on the grid
-    epsilon, quantiles, max_rows = step.epsilon, step.quantiles, step.max_rows
-    specs = [ColumnSpec(args.column, "float"), *flags.unit_specs(args)]
-    files = job.check_input(args, specs)
-
-    each = epsilon / len(quantiles)
-    if args.method == "joint":
-        mechanism = "JointExp: one exponential mechanism over all the sorted quantiles (Gillenwater et al. 2021)"
-        accuracy, beta = {"bin_width": step.widest_bin}, None  # no probabilistic bound stated: no beta
-    else:
-        mechanism = "exponential mechanism per quantile over a histogram, base measure = bin width"
-        accuracy, beta = (
-            {
-                "bin_width": step.widest_bin,
-                "rank_error": {
-                    f"{q:g}": rank_error_bound(epsilon=each, bins=args.bins, q=q, max_rows=max_rows, beta=BETA)
-                    for q in quantiles
-                },
-            },
-            BETA,
-        )
-    public = budget.release_manifest(
-        args,
-        mechanism=mechanism + "; uniform point inside the chosen bin",
-        cost=step.cost,
-        accuracy=accuracy,
-        beta=beta,
-        method=args.method,
-        epsilon_per_quantile=each if args.method == "independent" else None,
-        lower=args.lower,
-        upper=args.upper,
-        bins=args.bins,
-    )
-    release = GatherCounts() | step | "Manifest" >> beam.Map(lambda values: {"quantiles": values, **public})
-    if budget.dry_run(args, step.cost, files, public):
+    release = declared(args)
+    if args.dry_run:
+        print(release.dry_run())
         return 0
-    released = job.run_charged(args, beam_args, job.CountingJob(files, specs, family, release), step.cost, "quantiles")
+    released = release.run(beam_args)
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())
-    print(f"{values}: {len(quantiles)} quantiles of {args.column}, epsilon={epsilon:g}; release {args.output}")
+    print(f"{values}: {len(released['quantiles'])} quantiles of {args.column}, epsilon={args.epsilon:g}; "
+          f"release {args.output}")  # fmt: skip
     return 0
 
 

@@ -1,9 +1,8 @@
-"""One pass over the data on Beam: read the files, validate, bound, count (a predicate family, or the keys of a
-column), then the final step."""
+"""One pass over the data on Beam: read the files (or rows), validate, bound, count (a predicate family, or the
+keys of a column), then the final step and its write."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -11,11 +10,12 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from beam_expmech.accounting import Release
 from beam_expmech.io import readers, writers
 from beam_expmech.io.errors import InputError, describe_error, first_line
 from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.predicates import PredicateFamily
+from beam_expmech.releases import runners
+from beam_expmech.releases.declaration import Files, PrivacyUnit, Rows
 from beam_expmech.transforms import (
     BoundContributions,
     PredicateCounts,
@@ -27,7 +27,7 @@ from beam_expmech.transforms.bounding import DEFAULT_BOUNDING_SHARDS, shards_for
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.keys import KeyCounts
 from beam_expmech.transforms.read import CLAMPED, METRICS_NAMESPACE
-from pipelines import budget, runners
+from beam_expmech.transforms.rows import RowsToBatches
 
 _LOG = logging.getLogger(__name__)
 
@@ -37,114 +37,138 @@ class JobFailedError(RuntimeError):
     and the budget it reserved stays spent, since the data may have been read."""
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How one run reads its data, whatever it computes: the ``source`` (its ``files`` matched and checked, or
+    rows), the privacy ``unit`` it bounds, the rejected rows' ``dead_letter`` (None: counted, not kept), the
+    Beam ``pipeline_args`` and the test ``seed``."""
+
+    source: Files | Rows
+    files: tuple[str, ...]
+    unit: PrivacyUnit
+    dead_letter: str | None = None
+    pipeline_args: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def describe(self) -> str:
+        """Where the data come from, as a log line or a dry run says it (a count and a pattern, no data)."""
+        if isinstance(self.source, Rows):
+            return "rows of a PCollection"
+        return f"{len(self.files)} file(s) matching {self.source.pattern}"
+
+
 def check_input(
-    args: argparse.Namespace, specs: Sequence[ColumnSpec], labels: Mapping[str, Sequence[str]] | None = None
-) -> list[str]:
+    source: Files | Rows,
+    specs: Sequence[ColumnSpec],
+    labels: Mapping[str, Sequence[str]] | None = None,
+    *,
+    unit: PrivacyUnit,
+    writes: Mapping[str, str | None] | None = None,
+) -> tuple[str, ...]:
     """The input files, after checking (before any budget) that each has every needed column, and, in typed
     files (Parquet, Avro), of a type the release can read: numbers where it reads numbers, and values that
-    can equal the public ``labels`` a column is matched against (validation.schema_conflict)."""
+    can equal the public ``labels`` a column is matched against (validation.schema_conflict); none of them is
+    one of the places the run ``writes`` ({what: path}). Rows: their columns are checked as they are read."""
     names = [s.name for s in specs]
-    if names.count(args.privacy_unit) > 1:  # a column is read once, as the unit or as a value
-        raise ValueError(f"--privacy-unit {args.privacy_unit!r} is also a column the release reads")
+    if unit.column is not None and names.count(unit.column) > 1:  # a column is read once, as the unit or a value
+        raise ValueError(f"the privacy unit {unit.column!r} is also a column the release reads")
     reserved = [n for n in names if n.startswith("__")]  # the columns bounding adds (HASH, PRIORITY, CANDIDATE)
     if reserved:
         raise ValueError(f"column {reserved[0]!r}: names beginning with '__' are the library's own; rename it")
-    files = readers.match_files(args.input)
+    if isinstance(source, Rows):
+        return ()
+    files = readers.match_files(source.pattern)
     read = {writers.location(f) for f in files}
-    written = [f"--{f.replace('_', '-')}" for f in ("output", "dead_letter") if getattr(args, f, None)
-               and writers.location(getattr(args, f)) in read]  # fmt: skip
+    written = [what for what, path in (writes or {}).items() if path and writers.location(path) in read]
     if written:
         raise ValueError(f"{written[0]} is one of the input files: a run must not write over its data")
     identities = [s.name for s in specs if s.kind == "any"]
     labels = {**{s.name: s.labels for s in specs if s.labels}, **(labels or {})}  # a domain's labels are matched too
-    readers.check_columns(files, args.format, names, identities, {s.name: s.kind for s in specs}, labels)
-    return files
+    readers.check_columns(files, source.format, names, identities, {s.name: s.kind for s in specs}, labels)
+    return tuple(files)
 
 
-def read_valid_batches(
-    pipeline: beam.Pipeline,
-    files: Sequence[str],
-    fmt: str | None,
-    specs: Sequence[ColumnSpec],
-    dead_letter: str | None,
-):
-    """col: RecordBatch of the rows that passed validation, and the rest's ``dead_letter`` file's write (a
-    PCollection of one element, once written), or None without a dead letter: rejected rows are then only
-    counted (the non-private counter)."""
-    batches = pipeline | "Read" >> ReadRecordBatches(files, fmt, specs)
-    checked = batches | "Validate" >> ValidateBatches(specs)
-    if dead_letter is None:
+def read_valid_batches(pipeline: beam.Pipeline, reading: Reading, specs: Sequence[ColumnSpec]):
+    """col: RecordBatch of the rows that passed validation, and the rest's dead letter's write (a PCollection of
+    one element, once written), or None without a dead letter: rejected rows are then only counted (the
+    non-private counter)."""
+    if isinstance(reading.source, Rows):
+        rows = reading.source.read(pipeline)
+        extra = {} if reading.source.extractors is None else {"extractors": reading.source.extractors}
+        checked = rows | "Validate" >> RowsToBatches(schema=specs, identity_types=reading.source.identity_types,
+                                                     **extra)  # fmt: skip
+    else:
+        batches = pipeline | "Read" >> ReadRecordBatches(reading.files, reading.source.format, specs)
+        checked = batches | "Validate" >> ValidateBatches(specs)
+    if reading.dead_letter is None:
         return checked.good, None
-    return checked.good, checked.dead | "DeadLetter" >> WriteDeadLetter(dead_letter, [s.name for s in specs])
+    written = checked.dead | "DeadLetter" >> WriteDeadLetter(reading.dead_letter, [s.name for s in specs])
+    return checked.good, written
 
 
 @dataclass(frozen=True)
 class CountingJob:
-    """One pass over the data: the input ``files``, their columns as declared (``specs``), what to count
-    (``family``, in candidate shards of ``shard_size``), and the final step (``release``) that turns
-    col: (candidate shard, counts) into the one element the job releases."""
+    """One pass over the data: its columns as declared (``specs``), what to count (``family``, in candidate
+    shards of ``shard_size``), and the final step (``release``) that turns col: (candidate shard, counts) into
+    the one element the job releases."""
 
-    files: Sequence[str]
     specs: Sequence[ColumnSpec]
     family: PredicateFamily
     release: beam.PTransform
     shard_size: int = DEFAULT_SHARD_SIZE
 
-    def bounding(self, args: argparse.Namespace) -> beam.PTransform:
+    def bounding(self, reading: Reading) -> beam.PTransform:
         """col: RecordBatch -> col: RecordBatch: the rows the family counts, as it carries them (``compact_rows``:
-        a public function of each row), at most --max-rows-per-unit of them per --privacy-unit."""
+        a public function of each row), at most K of them per privacy unit."""
+        unit = reading.unit
         return beam.Map(self.family.compact_rows) | BoundContributions(
-            args.privacy_unit, args.max_rows_per_unit, seed=args.seed, shards=shards(self.files), keep_unit=False
+            unit.column, unit.max_rows, seed=reading.seed, shards=shards(reading.files), keep_unit=False
         )
 
-    def counting(self, args: argparse.Namespace) -> beam.PTransform:
+    def counting(self, reading: Reading) -> beam.PTransform:
         """col: RecordBatch (bounded: compacted) -> col: (candidate shard, counts)."""
-        family = self.family.compacted if args.privacy_unit else self.family
+        family = self.family.compacted if reading.unit.column else self.family
         return PredicateCounts(family, shard_size=self.shard_size)
 
 
 @dataclass(frozen=True)
 class KeyCountingJob:
-    """One pass that counts the values of ``key_column`` found in the data (no candidate list): each
-    --privacy-unit keeps at most K rows over at most ``max_keys`` keys, and ``release`` turns
+    """One pass that counts the values of ``key_column`` found in the data (no candidate list): each privacy
+    unit keeps at most K rows over at most ``max_keys`` keys, and ``release`` turns
     col: (key shard, Table[key, rows, units]) into the one element the job releases."""
 
-    files: Sequence[str]
     specs: Sequence[ColumnSpec]
     key_column: str
     max_keys: int
     release: beam.PTransform
 
-    def bounding(self, args: argparse.Namespace) -> beam.PTransform:
-        return BoundContributions(args.privacy_unit, args.max_rows_per_unit, key_column=self.key_column,
-                                  max_keys=self.max_keys, seed=args.seed, shards=shards(self.files))  # fmt: skip
+    def bounding(self, reading: Reading) -> beam.PTransform:
+        unit = reading.unit
+        return BoundContributions(unit.column, unit.max_rows, key_column=self.key_column, max_keys=self.max_keys,
+                                  seed=reading.seed, shards=shards(reading.files))  # fmt: skip
 
-    def counting(self, args: argparse.Namespace) -> beam.PTransform:
-        return KeyCounts(self.key_column, unit_column=args.privacy_unit)
+    def counting(self, reading: Reading) -> beam.PTransform:
+        return KeyCounts(self.key_column, unit_column=reading.unit.column)
 
 
 def shards(files: Sequence[str]) -> int:
     """How many shards bounding cuts the units into: from the input's size (see bounding.shards_for)."""
-    size = readers.total_size(files)
+    size = readers.total_size(files) if files else None
     return DEFAULT_BOUNDING_SHARDS if size is None else shards_for(size)
 
 
 def counting_pipeline(
-    args: argparse.Namespace,
-    beam_args: list[str],
-    job: CountingJob | KeyCountingJob,
-    write: Callable[[object], None],
-    dead_letter: str | None = None,
+    reading: Reading, job: CountingJob | KeyCountingJob, write: Callable[[object], None]
 ) -> beam.Pipeline:
-    """The job's graph, not yet run: read, validate (rejected rows to ``dead_letter``, if any), bound (with
-    --privacy-unit), count, release, ``write`` it."""
-    pipeline = beam.Pipeline(options=runners.pipeline_options(beam_args))
-    batches, dead_letter_written = read_valid_batches(pipeline, job.files, args.format, job.specs, dead_letter)
-    if args.privacy_unit:
-        batches = batches | "Bound" >> job.bounding(args)
+    """The job's graph, not yet run: read, validate (rejected rows to the dead letter, if any), bound (with a
+    unit column), count, release, ``write`` it."""
+    pipeline = beam.Pipeline(options=runners.pipeline_options(reading.pipeline_args))
+    batches, dead_letter_written = read_valid_batches(pipeline, reading, job.specs)
+    if reading.unit.column:
+        batches = batches | "Bound" >> job.bounding(reading)
     release = (
         batches
-        | "Count" >> job.counting(args)  # col: (shard, counts)
+        | "Count" >> job.counting(reading)  # col: (shard, counts)
         | "Release" >> job.release  # col: the release, once
     )
     if dead_letter_written is None:
@@ -176,31 +200,15 @@ def _write_release(joined: list[tuple[bool, object]], write: Callable[[object], 
     write(payload)
 
 
-def run_counting_job(
-    args: argparse.Namespace,
-    beam_args: list[str],
-    job: CountingJob | KeyCountingJob,
-    write: Callable[[object], None] | None = None,
-    dead_letter: str | None = None,
-    pipeline: beam.Pipeline | None = None,
-) -> None:
-    """Run ``pipeline`` (by default ``counting_pipeline``, built here) to the end.
-
-    By default the release is a JSON-ready dict, written to --output (``read_release`` reads it back);
-    ``write`` replaces that. Rejected rows go to ``dead_letter`` (default: none, counted only). Returns once
-    the release is written: in ``budget.charge``'s block, nothing else, so that the ledger marks it done
-    exactly when it is written.
-    """
-    if pipeline is None:
-        pipeline = counting_pipeline(args, beam_args, job, write or _json_writer(args.output), dead_letter)
-    _LOG.info(
-        "running on %s: %d input file(s) matching %s", pipeline.runner.__class__.__name__, len(job.files), args.input
-    )
-    log_dead_letter(dead_letter)
+def run_pipeline(reading: Reading, pipeline: beam.Pipeline) -> None:
+    """Run ``pipeline`` (built by ``counting_pipeline``) to the end: returns once its release is written, and
+    raises JobFailedError (one line) for whatever stopped it, the budget it reserved staying spent."""
+    _LOG.info("running on %s: %s", pipeline.runner.__class__.__name__, reading.describe())
+    log_dead_letter(reading.dead_letter)
     result = None
     try:
         result = pipeline.run()
-        runners.wait(result, beam_args)
+        runners.wait(result, reading.pipeline_args)
     except runners.NoWorkerError as error:  # ours: says no data
         raise JobFailedError(f"the job failed: {error}; nothing was released, the budget reserved for it "
                              "stays spent") from error  # fmt: skip
@@ -215,8 +223,8 @@ def run_counting_job(
 
 def built(build: Callable[[], beam.Pipeline]) -> beam.Pipeline:
     """``build()``'s graph, built before the charge: what breaks it (a Beam option such as a pickler not installed,
-    a strict type check, one of the library's own refusals) is one line, exit code 2, nothing spent. No row is
-    read to build a graph, so an error's text holds public information only."""
+    a strict type check, one of the library's own refusals) is a ValueError, nothing spent. No row is read to
+    build a graph, so an error's text holds public information only."""
     try:
         return build()
     except (ValueError, InputError):
@@ -225,42 +233,15 @@ def built(build: Callable[[], beam.Pipeline]) -> beam.Pipeline:
         raise ValueError(f"the job's graph cannot be built: {type(error).__name__}: {first_line(error)}") from None
 
 
-def _json_writer(output: str) -> Callable[[object], None]:
-    def write(payload: object) -> None:
-        writers.write_json(output, payload)
-
-    return write
-
-
-def run_charged(
-    args: argparse.Namespace,
-    beam_args: list[str],
-    job: CountingJob | KeyCountingJob,
-    cost: Release,
-    pipeline: str,
-    *,
-    delta: float = 0.0,
-) -> dict:
-    """The JSON release of ``job``, charged: the runner checked and the graph built first (a Dask scheduler
-    that does not answer, a Beam option that breaks the graph: nothing spent), ``cost`` charged before any row
-    is read, and the release read back after the charge's block, so that the ledger marks the run done exactly
-    when the release is written."""
-    runners.check_runner(beam_args)
-    graph = built(lambda: counting_pipeline(args, beam_args, job, _json_writer(args.output), args.dead_letter))
-    with budget.charge(args, cost, pipeline, delta=delta):
-        run_counting_job(args, beam_args, job, dead_letter=args.dead_letter, pipeline=graph)
-    return read_release(args.output)
-
-
-def read_release(output: str) -> dict:
-    """The JSON release ``run_counting_job`` wrote, read back where the job was started: on a cluster a
-    worker wrote it, so --output must be a path this machine reaches too (gs://, a shared file system)."""
+def read_back(path: str) -> dict:
+    """A JSON document a job wrote, read back where the job was started: on a cluster a worker wrote it, so
+    the path must be one this machine reaches too (gs://, a shared file system)."""
     try:
-        return readers.read_json(output)
+        return readers.read_json(path)
     except OSError as error:
         raise ValueError(
-            f"the release was written to {output}, but cannot be read back here ({type(error).__name__}): on a "
-            "cluster, --output must be a path the workers and this machine share (gs://, a shared file system)"
+            f"the release was written to {path}, but cannot be read back here ({type(error).__name__}): on a "
+            "cluster, the output must be a path the workers and this machine share (gs://, a shared file system)"
         ) from None
 
 
@@ -269,8 +250,8 @@ def log_dead_letter(dead_letter: str | None) -> None:
     rejected is not said at INFO or above: one person's bad row would be told by the line's presence."""
     if dead_letter is None:
         _LOG.info(
-            "rows that fail validation are counted (at DEBUG, non-private), not kept: --dead-letter PATH keeps "
-            "them, with the reason (raw rows: an operator's file, outside any published folder)"
+            "rows that fail validation are counted (at DEBUG, non-private), not kept: a dead letter (--dead-letter "
+            "PATH) keeps them, with the reason (raw rows: an operator's file, outside any published folder)"
         )
     else:
         _LOG.info("rows that fail validation, if any, go to %s with the reason (raw rows: an operator's file)",

@@ -1,4 +1,5 @@
-"""DOMAIN.json files: each column's codes, labels or numeric grid (synthesize, evaluate_synthetic)."""
+"""A synthesis's public domain (a DOMAIN.json file, or the same as a dict): each column's codes, labels or numeric
+grid (synthesize, evaluate_synthetic)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,18 @@ Domain = dict[str, "int | tuple[str, ...] | NumericGrid | PrivateGrid"]
 
 
 def read_domain(path: str) -> Domain:
-    """DOMAIN.json: {"column": number of codes} (values 0 .. n-1), {"column": ["label", ...]} or
-    {"column": {"lower": L, "upper": U, "bins": B}} (numbers, on B equal-width bins over [L, U]).
+    """DOMAIN.json, read and checked as ``parse_domain`` checks a dict."""
+    try:
+        raw = json.loads(readers.read_text(path))
+    except ValueError:
+        raise ValueError(f"{path}: not a JSON file") from None
+    return parse_domain(raw, path)
+
+
+def parse_domain(raw: object, path: str = "the domain") -> Domain:
+    """{"column": number of codes} (values 0 .. n-1), {"column": ["label", ...]} or
+    {"column": {"lower": L, "upper": U, "bins": B}} (numbers, on B equal-width bins over [L, U]); ``path`` names
+    it in messages.
 
     A labelled column holds the labels in the data and in the output; inside, each label is its
     position in the list. A numeric column holds numbers in the data and in the output; inside, each
@@ -62,16 +73,14 @@ def read_domain(path: str) -> Domain:
     checked here, in one place (a grid by ``NumericGrid``), before any data is read; a numeric
     column's type (integer or float) comes from the input's schema (``with_input_types``).
     """
-    try:
-        raw = json.loads(readers.read_text(path))
-    except ValueError:
-        raise ValueError(f"{path}: not a JSON file") from None
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{path}: not a JSON object of columns")
     domain: Domain = {}
     for column, value in raw.items():
-        if (
-            isinstance(value, list)
+        if isinstance(value, (NumericGrid, PrivateGrid)):  # already checked
+            domain[column] = value
+        elif (
+            isinstance(value, (list, tuple))
             and value
             and all(isinstance(v, str) for v in value)
             and len(set(value)) == len(value)

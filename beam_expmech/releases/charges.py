@@ -1,0 +1,54 @@
+"""What a run spends and says it spent: the charge before any row is read, and the dry run's account of it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+
+from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.ledger import Ledger, UnknownDatasetError, budget_of
+from beam_expmech.releases.declaration import Budget
+
+
+@contextlib.contextmanager
+def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, parameters: dict,
+           output: str | None) -> Iterator[None]:  # fmt: skip
+    """Charge ``release`` to this run's (epsilon, ``delta``) budget and, with a ledger, reserve it for the
+    dataset on entering the block, before any data is read; the ledger marks it done or failed when the block
+    ends (``parameters``: the run's public parameters, recorded beside it). Raises (nothing spent) if it does
+    not fit."""
+    PrivacyBudget(epsilon=budget.epsilon, delta=delta).charge(release)
+    if budget.ledger is None:
+        yield
+        return
+    reservation = Ledger(budget.ledger).charged(
+        budget.dataset_id, release, pipeline=pipeline, parameters=parameters, output=output
+    )
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(reservation)  # reads the ledger once: reserve, or refuse
+        except UnknownDatasetError:
+            raise ValueError(
+                f"dataset {budget.dataset_id!r} has no budget in {budget.ledger} (set one with: python -m pipelines."
+                f"ledger init --budget-ledger {budget.ledger} --dataset-id {budget.dataset_id} --epsilon E)"
+            ) from None
+        yield  # the block's exception, if any, reaches the reservation: marked failed, charge kept
+
+
+def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan: dict) -> str:
+    """What a run would do and spend, read from its public parameters (and the ledger's remaining budget)."""
+    lines = [
+        "dry run: no data read, nothing spent",
+        f"  input: {source}",
+        f"  privacy unit: {unit}",
+        f"  cost: {cost.describe()}: {cost.label}",
+        *(f"  {key}: {json.dumps(value)}" for key, value in plan.items()),
+    ]
+    if budget.ledger is not None:
+        left = budget_of(Ledger(budget.ledger).dataset(budget.dataset_id))
+        lines.append(
+            f"  ledger: dataset {budget.dataset_id!r} has {left.remaining():g} of epsilon={left.epsilon:g} left"
+            + (f" and {left.remaining_delta():g} of delta={left.delta:g}" if left.delta else "")
+        )
+    return "\n".join(lines)

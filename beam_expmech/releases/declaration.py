@@ -1,0 +1,101 @@
+"""What a release is declared with, besides its query: whom it protects and how much each may contribute
+(``PrivacyUnit``), what it may spend (``Budget``), and where its data come from (``Files``, ``Rows``).
+
+Plain data, validated when made: every number a mechanism's sensitivity or cost depends on is declared here
+once, and derived from here (never typed again by hand), as PipelineDP's ``AggregateParams`` and Tumult's
+``Session`` have a user declare bounds and budget once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+
+from beam_expmech import parameters
+from beam_expmech.io.validation import ColumnSpec
+
+
+@dataclass(frozen=True)
+class PrivacyUnit:
+    """Whom the guarantee protects: the rows that share a value of ``column`` are one person, who keeps at most
+    ``max_rows`` (K) of them, drawn at random, over at most ``max_keys`` (L) keys where keys are found in the
+    data. Without a column each row is its own unit (K = 1).
+
+    K is the factor of every count's sensitivity; L bounds how many keys found in the data one unit moves.
+    """
+
+    column: str | None = None
+    max_rows: int | None = None
+    max_keys: int | None = None
+
+    def __post_init__(self):
+        if self.column == "":
+            raise ValueError("the privacy unit's column is empty: name the column that identifies a unit")
+        if (self.column is None) != (self.max_rows is None):
+            raise ValueError("a privacy unit's column and max_rows go together (without them each row is a unit)")
+        if self.max_rows is not None:
+            parameters.count(self.max_rows, "max_rows")
+        if self.max_keys is not None:
+            if self.column is None:
+                raise ValueError("max_keys goes with a unit column (without it each row is a unit of one key)")
+            parameters.count(self.max_keys, "max_keys")
+
+    @property
+    def rows(self) -> int:
+        """K: the most rows a unit contributes (1 without a unit column)."""
+        return 1 if self.max_rows is None else self.max_rows
+
+    @property
+    def keys(self) -> int:
+        """L: the most keys found in the data a unit contributes to (at most K: K rows touch at most K keys)."""
+        return min(self.rows, self.max_keys or self.rows)
+
+    def specs(self) -> list[ColumnSpec]:
+        """The unit's column, if any, as the release reads it: an identity of any type, never null."""
+        return [ColumnSpec(self.column, "any")] if self.column else []
+
+
+EACH_ROW = PrivacyUnit()  # no unit column: each row is its own unit
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a release may spend: ``epsilon`` and ``delta`` (0: pure DP) for this run, and, with a ``ledger``
+    (a local or gs:// file), the share of ``dataset_id``'s total budget that every run of the dataset draws
+    from. The release's cost is charged to both before any row is read (docs/DESIGN.md section 6)."""
+
+    epsilon: float
+    delta: float = 0.0
+    ledger: str | None = None
+    dataset_id: str | None = None
+
+    def __post_init__(self):
+        parameters.positive_finite(self.epsilon, "epsilon")
+        if self.delta:
+            parameters.probability(self.delta, "delta")
+        if (self.ledger is None) != (self.dataset_id is None):
+            raise ValueError("a budget's ledger and dataset_id go together")
+        if self.dataset_id == "":
+            raise ValueError("the budget's dataset_id is empty")
+
+
+@dataclass(frozen=True)
+class Files:
+    """Data in files: a path, a glob or gs://bucket/path of Parquet, CSV or Avro files (``format``: by the
+    extension unless given). Their schemas are checked against the release's columns before any budget."""
+
+    pattern: str
+    format: str | None = None
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Data already in a pipeline: ``read(pipeline)`` returns a PCollection of rows (dicts, beam.Row,
+    NamedTuples; tuples and (key, value) pairs through ``extractors``, one plain function a column), read as
+    ``RowsToBatches`` reads them (``identity_types``: the unit column's Python type)."""
+
+    read: Callable[[beam.Pipeline], beam.PCollection]
+    identity_types: Mapping[str, type] = field(default_factory=dict)
+    extractors: Mapping[str, Callable] | None = None

@@ -1,0 +1,146 @@
+"""A private release, declared once as data and run with one call: the source, the privacy unit and its bounds, the
+budget, the query and where it is written. From the declaration the library derives, before any row is read, every
+sensitivity, the cost, the checks that public information allows (the files' schemas, the places written), the dry
+run, the charge (the run's budget and the dataset's ledger), the Beam graph and the release's public fields.
+
+What is taken from others: PipelineDP's ``AggregateParams`` and Tumult's ``Session`` (bounds and budget declared
+once, sensitivities derived), OpenDP's split of the score transformation from the selector. What is left: a
+budget accountant split lazily across aggregations after the graph is built (PipelineDP's
+``compute_budgets``: a release here is charged whole before its data are read, and one declaration is one
+release), and a session that holds the data (the dataset's budget lives in a ledger across runs instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import fields as dataclass_fields
+
+from beam_expmech.io import release_files, writers
+from beam_expmech.releases import charges, passes, runners
+from beam_expmech.releases.declaration import EACH_ROW, Budget, Files, PrivacyUnit, Rows
+from beam_expmech.releases.queries import Halfspace, Quantiles, Select
+from beam_expmech.releases.synthesis import Synthesis
+
+Query = Select | Quantiles | Halfspace | Synthesis
+
+
+class PrivateRelease:
+    """One differentially private release: ``query`` over ``source`` (``Files`` or ``Rows``), each privacy
+    ``unit`` bounded as declared, charged to ``budget`` before any row is read, written to ``output`` in the
+    format its name says (a selection, quantiles or a halfspace: .json, .csv or .parquet, the latter two with
+    NAME.manifest.json beside; synthetic rows: .parquet, .csv or .avro, with their manifest). ``dead_letter``: where
+    rejected rows are kept (raw data: outside the output's folder; default none, only counted). ``seed``: tests
+    only (the release is then not private).
+
+    Privacy: the query's guarantee at the declared budget (pure epsilon-DP, or (epsilon, delta)-DP for keys found
+    in the data and AIM), for the declared unit; every sensitivity is derived from the unit's bounds, never given.
+    Everything is checked when it is made (``ValueError`` or ``InputError``, nothing read or spent); ``run``
+    charges and releases.
+    """
+
+    def __init__(self, *, source: Files | Rows | str, query: Query, budget: Budget, output: str,
+                 unit: PrivacyUnit = EACH_ROW, dead_letter: str | None = None,
+                 seed: int | None = None):  # fmt: skip
+        self.source = Files(source) if isinstance(source, str) else source
+        if not isinstance(self.source, (Files, Rows)):
+            raise ValueError("source must be Files(pattern), Rows(read) or a file pattern")
+        self.query, self.budget, self.unit, self.seed = query, budget, unit, seed
+        self.output = destination(output, "output")
+        self.dead_letter = None if dead_letter is None else destination(dead_letter, "dead_letter")
+        if isinstance(query, Synthesis):
+            release_files.table_format(self.output)
+        else:
+            release_files.result_format(self.output)
+        check_destinations(self.output, self.dead_letter, budget.ledger, release_files.writes_manifest(self.output))
+        self.prepared = query.prepare(unit, budget, seed, self.source)
+        written = {"output": self.output, "dead_letter": self.dead_letter}
+        self.files = passes.check_input(self.source, self.prepared.specs, self.prepared.labels, unit=unit,
+                                        writes=written)  # fmt: skip
+
+    @property
+    def cost(self):
+        """What the release costs (``accounting.Release``), from public parameters only."""
+        return self.prepared.cost
+
+    @property
+    def fields(self) -> dict:
+        """The public fields the release will state beside its result."""
+        return self.prepared.fields
+
+    def dry_run(self) -> str:
+        """What ``run`` would read, do and spend, and what the ledger has left: no row read, nothing spent."""
+        unit = "each row" if self.unit.column is None else f"{self.unit.column}, at most {self.unit.max_rows} rows"
+        return charges.dry_run_text(budget=self.budget, cost=self.cost, unit=unit, plan=self.prepared.plan,
+                                    source=self._reading(()).describe())  # fmt: skip
+
+    def run(self, pipeline_args: Sequence[str] = ()) -> dict:
+        """Charge the release, then run it (on the runner ``pipeline_args`` name, Beam's options: the DirectRunner
+        by default) and write it; the release's document (its result and public fields; synthetic data: the
+        manifest). The runner is checked and the graph built before the charge, so that what breaks them spends
+        nothing; a job that fails after the charge raises ``JobFailedError`` and its budget stays spent."""
+        args = tuple(pipeline_args)
+        unknown = runners.check_beam_options(args)
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not one of Beam's pipeline options")
+        runners.check_runner(args)
+        return self.prepared.run(self._reading(args), charged=self._charged, output=self.output)
+
+    def _reading(self, pipeline_args: tuple[str, ...]) -> passes.Reading:
+        return passes.Reading(self.source, self.files, self.unit, self.dead_letter, pipeline_args, self.seed)
+
+    @contextlib.contextmanager
+    def _charged(self) -> Iterator[None]:
+        with charges.charge(self.budget, self.cost, delta=self.prepared.delta, pipeline=self.query.pipeline,
+                            parameters=self.parameters(), output=self.output):  # fmt: skip
+            yield
+
+    def parameters(self) -> dict:
+        """The declaration's public parameters, as the ledger records them beside the charge."""
+        declared = {"input": getattr(self.source, "pattern", "rows"), "output": self.output,
+                    "dead_letter": self.dead_letter, "seed": self.seed, "query": type(self.query).__name__,
+                    "privacy_unit": self.unit.column, "max_rows_per_unit": self.unit.max_rows,
+                    "max_keys_per_unit": self.unit.max_keys, "epsilon": self.budget.epsilon,
+                    "delta": self.budget.delta, "dataset_id": self.budget.dataset_id}  # fmt: skip
+        for field in dataclass_fields(self.query):
+            value = getattr(self.query, field.name)
+            if isinstance(value, (str, int, float, bool, type(None))) and field.name not in declared:
+                declared[field.name] = value
+        return declared
+
+
+def destination(path: str, name: str) -> str:
+    """A place a run writes: a local path (``file://`` taken as the path it names) or gs://BUCKET/..."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"{name} must be a path")
+    path = path.removeprefix("file://")
+    if "://" in path and not path.startswith("gs://"):
+        raise ValueError(f"{name} must be a local path or gs://BUCKET/...")
+    return path
+
+
+def check_destinations(output: str, dead_letter: str | None, ledger: str | None, manifest: bool) -> None:
+    """Before anything is read or spent: the output, its ``manifest`` beside it (if it has one) and the dead letter
+    are files a run can write, not the ledger, and the dead letter (raw rows) lies outside the release's folder."""
+    beside = release_files.manifest_path(output) if manifest else None
+    for name, path in (("output", output), ("the output's manifest", beside), ("dead_letter", dead_letter)):
+        if path is None:
+            continue
+        if ledger is not None and writers.location(path) == writers.location(ledger):
+            raise ValueError(f"{name} is the budget's ledger: a run must not write over it")
+        if path.startswith("gs://"):
+            continue
+        if os.path.isdir(path) or path.endswith(os.sep):
+            raise ValueError(f"{name} names a folder: give a file's path")
+        folder = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(folder):  # the run makes the rest of the way
+            folder = os.path.dirname(folder)
+        try:  # a folder made in it and removed: what the run will do there, known to work, nothing left
+            tempfile.TemporaryDirectory(dir=folder).cleanup()
+        except OSError as error:
+            raise ValueError(f"{name}: {folder} cannot be written ({error.strerror})") from None
+    if dead_letter is not None and writers.inside(dead_letter, writers.published_folder(output)):
+        raise ValueError("the dead letter must lie outside the output's folder (where releases are published): "
+                         "it holds raw rows")  # fmt: skip
