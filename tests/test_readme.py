@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import apache_beam as beam
+import fastavro
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 import pytest
 from beam_data import write
 
@@ -24,7 +28,65 @@ def block(*words: str) -> str:
 
 
 def test_every_example_is_run_here():
-    assert len(BLOCKS) == 6  # a new example needs its test below
+    assert len(BLOCKS) == 11  # a new example needs its test below
+
+
+@pytest.fixture
+def purchases(tmp_path, monkeypatch):
+    """data/part-0.parquet as the declared examples read it, in a folder of its own: (user_id, item, amount, a, b, y)."""
+    rng = np.random.default_rng(0)
+    users = rng.integers(0, 2_000, 10_000)
+    a, b = rng.integers(0, 2, (2, users.size))
+    table = {"user_id": users, "item": np.minimum(rng.zipf(1.3, users.size) - 1, 999), "amount": rng.gamma(2, 50, users.size),
+             "a": a, "b": b, "y": a | b}  # fmt: skip
+    (tmp_path / "data").mkdir()
+    write(pa.table(table), tmp_path / "data" / "part-0.parquet", "parquet")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_block(*words: str, capsys) -> str:
+    exec(block(*words), {})
+    return capsys.readouterr().out
+
+
+def test_the_declared_selection_dry_runs_then_releases_three_labels(purchases, capsys):
+    out = run_block('Select("item"', capsys=capsys)
+    assert out.startswith("dry run: no data read, nothing spent") and "sensitivity: 5.0" in out
+    released = json.loads((purchases / "out" / "top3.json").read_text())
+    assert len(released["selected"]) == 3 and released["selected"][0] == "0"  # the Zipf head, far ahead
+    assert released["sensitivity"] == 5 and released["private_randomness"] is True
+
+
+def test_the_declared_keys_example_reads_tuples_through_extractors(purchases, capsys):
+    out = run_block("extractors=", capsys=capsys)
+    table = pacsv.read_csv(purchases / "out" / "queries.csv")
+    assert table.column_names == ["rank", "selected"] and 1 <= table.num_rows <= 3
+    assert set(table.column("selected").to_pylist()) <= {f"q{i}" for i in range(7)} and "q" in out
+    assert json.loads((purchases / "out" / "queries.manifest.json").read_text())["delta"] == 1e-6
+
+
+def test_the_declared_quantiles_write_parquet_with_a_manifest(purchases, capsys):
+    run_block("query=Quantiles(", capsys=capsys)
+    table = pq.read_table(purchases / "out" / "amounts.parquet")
+    assert table.column("quantile").to_pylist() == [0.1, 0.5, 0.9]
+    values = table.column("value").to_pylist()
+    assert values == sorted(values) and 20 < values[1] < 200  # the gamma(2, 50) median is about 84
+    assert json.loads((purchases / "out" / "amounts.manifest.json").read_text())["quantiles"]["0.5"] == values[1]
+
+
+def test_the_declared_halfspace_releases_two_weights(purchases, capsys):
+    run_block("query=Halfspace(", capsys=capsys)
+    released = json.loads((purchases / "out" / "halfspace.json").read_text())
+    assert released["features"] == ["a", "b"] and released["weights"] == [1.0, 1.0]  # y = a or b: fits every row
+
+
+def test_the_declared_synthesis_writes_avro(purchases, capsys):
+    run_block("Synthesis(", capsys=capsys)
+    with open(purchases / "out" / "synthetic.avro", "rb") as handle:
+        rows = list(fastavro.reader(handle))
+    assert len(rows) == 1000 and set(rows[0]) == {"item", "a", "amount"}
+    assert all(0 <= r["item"] < 1000 and r["a"] in (0, 1) and 0 <= r["amount"] <= 1000 for r in rows)
 
 
 def test_the_file_example_selects_three_items_from_files(tmp_path, monkeypatch):

@@ -72,9 +72,13 @@ class Budget:
     dataset_id: str | None = None
 
     def __post_init__(self):
-        parameters.positive_finite(self.epsilon, "epsilon")
-        if self.delta:
-            parameters.probability(self.delta, "delta")
+        object.__setattr__(self, "epsilon", parameters.positive_finite(self.epsilon, "epsilon"))
+        if self.delta:  # as floats, so that the release states 1.0 whether it was declared 1 or 1.0
+            object.__setattr__(self, "delta", parameters.probability(self.delta, "delta"))
+        elif self.delta != 0 or isinstance(self.delta, bool):
+            raise ValueError(f"delta must be 0 or a number strictly between 0 and 1, got {self.delta!r}")
+        else:
+            object.__setattr__(self, "delta", 0.0)
         if (self.ledger is None) != (self.dataset_id is None):
             raise ValueError("a budget's ledger and dataset_id go together")
         if self.dataset_id == "":

@@ -21,7 +21,10 @@ from beam_expmech.transforms import lineage
 
 
 class PrivateHalfspace(beam.PTransform):
-    """The halfspace among ``candidates`` that fits the most records, by the exponential mechanism.
+    """The best-fitting halfspace; ``max_rows`` checked against the bounding above if marked, else trusted.
+
+    The halfspace among ``candidates`` that fits the most records, by the exponential mechanism. Where the counts
+    carry no bounding's mark (made by hand) it cannot tell a ``max_rows`` too small; ``PrivateRelease`` derives it.
 
     Privacy: ``epsilon``-DP (and epsilon^2/8-zCDP: ``cost``) when each privacy unit has at most
     ``max_rows`` = K records in the counts: a score counts records, so one unit moves it by at most K

@@ -175,7 +175,10 @@ KEYS_FIRST = ("keys-then-laplace", "keys-then-exponential")
 
 
 class PrivateTopKeys(beam.PTransform):
-    """Up to ``k`` keys with the most rows, best first; fewer when few keys stand out. Three mechanisms:
+    """Top ``k`` keys found in the data; ``max_rows``, ``max_keys`` checked against bounding if marked, else trusted.
+
+    Up to ``k`` keys with the most rows, best first; fewer when few keys stand out. Where the counts carry no
+    bounding's mark (made by hand) it cannot tell bounds too small; ``PrivateRelease`` derives them. Three mechanisms:
 
     keys-then-laplace       (default) partition selection releases keys with ``keys_share`` of epsilon
                             (and all of delta); then each released key's rows get discrete Laplace noise of
@@ -305,7 +308,9 @@ class PrivateTopKeys(beam.PTransform):
 
 
 class PrivateKeys(beam.PTransform):
-    """The keys that partition selection releases (mechanisms/partition_selection.py), with their counts.
+    """Partition selection's keys; ``max_rows``, ``max_keys`` checked against bounding if marked, else trusted.
+
+    The keys that partition selection releases (mechanisms/partition_selection.py), with their counts.
 
     col: (key shard, Table) -> col: (key shard, Table of the released keys). The keys are
     (``epsilon``, ``delta``)-DP when each unit holds at most ``max_keys`` keys; their counts are NOT

@@ -44,7 +44,10 @@ def _checked_quantiles(quantiles: Iterable[float]) -> tuple[float, ...]:
 
 
 class PrivateQuantiles(beam.PTransform):
-    """m private quantiles of the values a ``HistogramCounts`` family counts, sorted.
+    """m private quantiles, sorted; ``max_rows`` checked against the bounding above if marked, else trusted.
+
+    The quantiles of the values a ``HistogramCounts`` family counts. Where the counts carry no bounding's mark
+    (made by hand) it cannot tell a ``max_rows`` too small; ``PrivateRelease`` derives it.
 
     Privacy: ``epsilon``-DP for the m quantiles together (and epsilon^2/8-zCDP: ``cost``) when
     each privacy unit has at most ``max_rows`` = K rows in the histogram. ``independent``: m

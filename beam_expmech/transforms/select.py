@@ -28,7 +28,10 @@ MECHANISMS = {"exponential": Noise.GUMBEL, "permute-and-flip": Noise.EXPONENTIAL
 
 
 class PrivateSelect(beam.PTransform):
-    """The top ``k`` candidates by the exponential mechanism (or permute-and-flip, k = 1).
+    """Top ``k`` by the exponential mechanism; ``sensitivity`` checked against the bounding if marked, else trusted.
+
+    The top ``k`` candidates by the exponential mechanism (or permute-and-flip, k = 1). Where the counts carry no
+    bounding's mark (made by hand) it cannot tell a sensitivity too small; ``PrivateRelease`` derives it.
 
     Privacy: ``epsilon``-DP in total when every count has the given ``sensitivity`` (for
     bounded contributions: max rows per unit times the predicate's contribution); the

@@ -62,7 +62,10 @@ def numbers_in_bins(grid: NumericGrid, codes: np.ndarray, *, source: RandomSourc
 
 
 class PrivateSynthesis(beam.PTransform):
-    """Synthetic rows over ``domain`` ({column: number of codes}) that answer its k-way marginals privately.
+    """Synthetic rows; ``max_rows`` checked against the bounding above if marked, else trusted.
+
+    Rows over ``domain`` ({column: number of codes}) that answer its k-way marginals privately. Where the counts
+    carry no bounding's mark (made by hand) it cannot tell a ``max_rows`` too small; ``PrivateRelease`` derives it.
 
     Privacy: ``aim`` is rho-zCDP with rho the most that leaves the run (``epsilon``, ``delta``)-DP
     beside ``elsewhere``, the run's other releases (such as private bin edges): by the better of zCDP
