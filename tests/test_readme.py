@@ -28,7 +28,7 @@ def block(*words: str) -> str:
 
 
 def test_every_example_is_run_here():
-    assert len(BLOCKS) == 11  # a new example needs its test below
+    assert len(BLOCKS) == 12  # a new example needs its test below
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def run_block(*words: str, capsys) -> str:
 
 
 def test_the_declared_selection_dry_runs_then_releases_three_labels(purchases, capsys):
-    out = run_block('Select("item"', capsys=capsys)
+    out = run_block("release.dry_run()", capsys=capsys)
     assert out.startswith("dry run: no data read, nothing spent") and "sensitivity: 5.0" in out
     released = json.loads((purchases / "out" / "top3.json").read_text())
     assert len(released["selected"]) == 3 and released["selected"][0] == "0"  # the Zipf head, far ahead
@@ -131,3 +131,8 @@ def test_the_mechanism_and_budget_examples_run_and_the_overdraft_is_refused():
     with pytest.raises(BudgetExceededError):
         exec(block("BudgetExceededError"), namespace)
     assert namespace["budget"].spent() == pytest.approx(1.0)
+
+
+def test_the_side_by_side_job_writes_the_top_three(purchases):
+    exec([b for b in BLOCKS if b.startswith("from beam_expmech import") and ").run()" in b][0], {})
+    assert len(json.loads((purchases / "out" / "top3.json").read_text())["selected"]) == 3
