@@ -226,7 +226,7 @@ def test_bad_arguments_are_one_line_value_errors(arguments, message):
 
 
 def test_an_unknown_kind_is_a_value_error():
-    with pytest.raises(ValueError, match="kind must be string, int, float, label or any"):
+    with pytest.raises(ValueError, match=r"kind must be one of string, int, float, label, any .*did you mean 'int'"):
         RowsToBatches(schema=[ColumnSpec("item", "integer")])
 
 
