@@ -6,6 +6,7 @@ column and the problem, never the value: the dead letter is the data owner's, a 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -26,12 +27,69 @@ _INTEGER = r"^\s*[+-]?[0-9]+\s*$"
 _NUMBER = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
 
 
+class ColumnKind(enum.StrEnum):
+    """What a declared column holds, and so how validation reads it (``ColumnSpec.kind``). A member is a str equal
+    to its value (``ColumnKind.INT == "int"``, ``f"{ColumnKind.INT}"`` is "int"): either may be given, and a
+    ColumnSpec keeps the plain string.
+
+    Whatever the kind, a null (None, a missing value) goes to the dead letter, and how a value is read depends on
+    this declaration and the value alone, never on the values beside it in a batch (DESIGN.md section 4).
+
+    STRING ("string"): text. Text, and bytes of valid UTF-8, are read as text; other values as their text (3 as
+        "3"). Bytes that are not UTF-8 are dead.
+    INT ("int"): whole numbers, as int64. Integers, and booleans as 0 and 1; floats when integral (2.0, not 2.5:
+        NaN and infinities are dead); text that spells an integer (" -12 "). A value beyond the 64-bit range is
+        dead, never wrapped. With ``domain`` (lo, hi), a value outside [lo, hi) is dead and the column takes the
+        narrowest integer type of [lo, hi); with an integer ``grid``, each value becomes its bin's code.
+    FLOAT ("float"): numbers, as float64 (floats, integers, booleans, text that spells a number). NaN and
+        infinities are dead. With a float ``grid``, each value becomes its bin's code. With either kind's grid,
+        a value outside [lower, upper] is clamped into an end bin (counted, not rejected).
+    LABEL ("label"): one of a public list of values, which a LABEL column needs as ``labels`` (and no other kind
+        takes). A value is matched as text and read as its position in ``labels`` (an int code, in the narrowest
+        integer type); a value that is no label is dead.
+    ANY ("any"): an identity, such as the privacy unit. Every value but a null is kept, in its one canonical
+        form (``canonical_identity``: -0.0 and 0.0, 5 and 5.0 in a float column, NaNs of any bits, are one
+        unit; a NaN is a unit like any other), and nothing is parsed; dead are only an unsigned integer beyond
+        int64 and a value whose form is longer than ``MAX_IDENTITY_BYTES``.
+    """
+
+    STRING = "string"
+    INT = "int"
+    FLOAT = "float"
+    LABEL = "label"
+    ANY = "any"
+
+
+# Kinds as other schemas name them (matched in lower case): the ValueError for one says which ColumnKind is meant.
+_KIND_ALIASES = {"str": ColumnKind.STRING, "text": ColumnKind.STRING, "integer": ColumnKind.INT,
+                 "int64": ColumnKind.INT, "long": ColumnKind.INT, "double": ColumnKind.FLOAT,
+                 "number": ColumnKind.FLOAT, "float64": ColumnKind.FLOAT, "category": ColumnKind.LABEL,
+                 "categorical": ColumnKind.LABEL, "id": ColumnKind.ANY, "identity": ColumnKind.ANY}  # fmt: skip
+
+
+def _kind_value(kind: object) -> str:
+    """The plain string value of ``kind`` (a ColumnKind or its value), or a ValueError that lists the kinds and,
+    for a name another schema uses (or a kind in other case), suggests the one meant."""
+    try:
+        return ColumnKind(kind).value  # a plain str, whichever was given: equality, hash and pickling as before
+    except ValueError:
+        pass
+    meant = None
+    if isinstance(kind, str):
+        folded = kind.strip().lower()
+        meant = _KIND_ALIASES.get(folded) or next((k for k in ColumnKind if k.value == folded), None)
+    hint = f": did you mean {meant.value!r} (ColumnKind.{meant.name})?" if meant is not None else ""
+    kinds = ", ".join(k.value for k in ColumnKind)
+    raise ValueError(f"kind must be one of {kinds} (a ColumnKind), got {kind!r}{hint}")
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
     """A column the job reads, what its values must be, and (optionally) their domain.
 
-    kind: "string", "int", "float", "label", or "any" (an identity such as a privacy unit: only nulls
-    are rejected, and each value takes its ``canonical_identity``).
+    ``kind``: a ``ColumnKind`` or its value ("string", "int", "float", "label" or "any"; see ``ColumnKind`` for
+    how each is read), kept as the plain string, so that ``spec.kind == "int"`` holds either way and a spec
+    compares, hashes and pickles the same whichever was given.
     ``domain`` (ints only): values must lie in [lo, hi).
     ``labels`` (labels only): the values a column may hold, each read as its position (an int code).
     ``grid`` (an integer grid with "int", a float grid with "float"): each value is read as the code
@@ -45,8 +103,7 @@ class ColumnSpec:
     grid: NumericGrid | None = None
 
     def __post_init__(self):
-        if self.kind not in ("string", "int", "float", "label", "any"):
-            raise ValueError(f"kind must be string, int, float, label or any, got {self.kind!r}")
+        object.__setattr__(self, "kind", _kind_value(self.kind))  # frozen: the one assignment, before any use
         if (self.kind == "label") != (self.labels is not None):
             raise ValueError("labels go with kind 'label', and only with it")
         if self.domain is not None and self.kind != "int":

@@ -1,4 +1,5 @@
-"""Rows already in a pipeline (dicts, beam.Row, NamedTuples) as validated record batches.
+"""Rows already in a pipeline (dicts, beam.Row, NamedTuples, or any element read through extractors) as validated
+record batches.
 
 The way in for data that comes from BigQuery, Kafka or a database as a PCollection rather than from
 files. Rows are gathered into batches; each declared column becomes one Arrow array per batch (built
@@ -31,11 +32,13 @@ PLAIN_TYPES = {type(None): pa.null(), bool: pa.bool_(), int: pa.int64(), float: 
                bytes: pa.binary()}  # fmt: skip
 IDENTITY_TYPES = (int, float, str, bytes)
 _INT64 = (-(2**63), 2**63)
-_MISSING = object()  # a field the row does not have
+_MISSING = object()  # a field the row does not have, or one its extractor could not read
+Extractor = Callable[[object], object]  # an element -> one column's value
 
 
 class RowsToBatches(beam.PTransform):
-    """col: dicts, beam.Row or NamedTuples -> validated record batches of exactly the declared columns.
+    """col: dicts, beam.Row or NamedTuples (or any element, through ``extractors``) -> validated record batches of
+    exactly the declared columns.
 
     ``schema``: the ``ColumnSpec`` list a file pipeline declares (privacy unit included). Rows carry no
     column types, so each identity column (kind "any") needs its values' Python type in ``identity_types``
@@ -44,15 +47,38 @@ class RowsToBatches(beam.PTransform):
 
     Returns, as ``ValidateBatches`` does, a tuple of PCollections tagged ``good`` (RecordBatch, each column
     in its kind's canonical type) and ``dead`` (pyarrow.Table: the declared columns as text, a field the
-    row lacks as null, and ``reason``), so ``WriteDeadLetter`` writes either path's dead letter. A row is
-    dead if validation rejects it as it would a file's, or if it is None, lacks a declared field, holds a
+    row lacks, or its extractor could not read, as null, and ``reason``), so ``WriteDeadLetter`` writes either
+    path's dead letter. A row is dead if validation rejects it as it would a file's, or if it is None (read by
+    name), lacks a declared field (or an extractor raises on it, below), holds a
     value that is not None, a bool, an int of 64 bits, a float, a str of UTF-8 text or bytes, or an identity
     not of its declared type. Reasons name the column and the problem, never a value; the dead letter
     itself holds raw data (an operator's file, never a release). Bad rows are counted in the non-private
-    counter ``dead_letter_rows``; fields not declared are not read. Elements of a kind it cannot read by
-    name (tuples, (key, value) pairs, plain values) are refused when the graph is built, where the
+    counter ``dead_letter_rows``; fields not declared are not read. Without ``extractors``, elements of a kind it
+    cannot read by name (tuples, (key, value) pairs, plain values) are refused when the graph is built, where the
     PCollection's element type says so, and otherwise stop the job at the first one (a TypeError): the
     pipeline's shape, not a person's data, so nothing is released from rows it cannot read.
+
+    ``extractors`` (as PipelineDP's ``DataExtractors``): to read other elements, one plain function per declared
+    column (every one, and no other) that takes an element and returns that column's value; for (user, dict)
+    pairs, ``{"user": lambda kv: kv[0], "item": lambda kv: kv[1]["item"]}``. They run on the workers, on each
+    element (None included: how an element is read is theirs to say), once per column, in the schema's order
+    (give pure functions); their values make the same per-batch lists, and pass the same checks, as fields read
+    by name. An extractor that raises on an element (any ``Exception``: IndexError, KeyError, TypeError,
+    AttributeError, ...) makes that element a dead row with the reason "item: extractor raised KeyError" (the
+    column and the exception's type, never its message, which may quote the data), counted as any dead row.
+    With extractors, elements are not refused for their type, when built (the extractors say how to read them)
+    or when run.
+
+    Why an extractor's failure is a dead row and never stops the job, even when it fails on every element of a
+    batch or of the input: whether it fails on an element depends on that element (a dict lacking a key, a
+    pair whose value is None). A rule that stopped the job on some pattern of failures (the first element of a
+    bundle, a whole batch) would let one person's rows decide whether anything is released, and would make what
+    happens to an element depend on its neighbours (DESIGN.md section 4: one person's row never changes how
+    another's is read); a rule per element does neither. What is refused is what the pipeline's shape (public)
+    says: elements typed as tuples or plain values and no extractors, when the graph is built. The cost:
+    extractors wrong for every element (a dict's key read from tuples) make every row dead, and a release is
+    then made from no row (noise only: still private, but useless); the non-private counter
+    ``dead_letter_rows`` and the dead letter's reasons show it to the operator, so check them after a first run.
     """
 
     def __init__(
@@ -61,6 +87,7 @@ class RowsToBatches(beam.PTransform):
         schema: Sequence[ColumnSpec],
         batch_size: int = readers.BATCH_ROWS,
         identity_types: Mapping[str, type] | None = None,
+        extractors: Mapping[str, Extractor] | None = None,
     ):
         super().__init__()
         self.specs = list(schema)
@@ -80,16 +107,18 @@ class RowsToBatches(beam.PTransform):
         others = sorted(set(self.identity_types) - set(identities))
         if others:
             raise ValueError(f"identity_types names {others[0]!r}, which is no column of kind 'any' in the schema")
+        self.extractors = None if extractors is None else _checked_extractors(extractors, names)
 
     def expand(self, rows):
-        if not _readable(rows.element_type):  # tuples, (key, value) pairs, plain values: nothing to read by name
+        if self.extractors is None and not _readable(rows.element_type):  # nothing to read by name
             raise ValueError(f"RowsToBatches reads dicts, beam.Row or NamedTuples, and this PCollection holds "
-                             f"{rows.element_type}: map each element to a dict of its fields first")  # fmt: skip
+                             f"{rows.element_type}: map each element to a dict of its fields, or give "
+                             "extractors")  # fmt: skip
         size = self.batch_size
         checked = (
             rows
             | "Batch" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)  # col: [row]
-            | "Columns" >> beam.FlatMap(rows_as_batches, self.specs, self.identity_types)  # col: RecordBatch
+            | "Columns" >> beam.FlatMap(rows_as_batches, self.specs, self.identity_types, extractors=self.extractors)
             | "Validate" >> ValidateBatches(self.specs)
         )
         kinds = getattr(checked.good, lineage.VALIDATED)  # each identity's form: its declared type's family
@@ -100,27 +129,38 @@ class RowsToBatches(beam.PTransform):
 
 
 def rows_as_batches(
-    rows: Sequence, specs: Sequence[ColumnSpec], identity_types: Mapping[str, type]
+    rows: Sequence,
+    specs: Sequence[ColumnSpec],
+    identity_types: Mapping[str, type],
+    *,
+    extractors: Mapping[str, Extractor] | None = None,
 ) -> Iterator[pa.RecordBatch | MalformedRows]:
-    """The declared columns of ``rows`` as record batches for ``validate``, one per mix of value types
-    (each column of a batch holds one Python type, built as the Arrow type ``PLAIN_TYPES`` gives it), and
-    as ``MalformedRows`` the rows that make no such record (see ``RowsToBatches``)."""
-    records = [_fields(row) for row in rows]
-    reason = np.full(len(records), -1, dtype=np.int32)  # index into texts, -1 for a row that makes a record
+    """The declared columns of ``rows`` (read by name, or by ``extractors``) as record batches for ``validate``,
+    one per mix of value types (each column of a batch holds one Python type, built as the Arrow type
+    ``PLAIN_TYPES`` gives it), and as ``MalformedRows`` the rows that make no such record (see ``RowsToBatches``)."""
+    reason = np.full(len(rows), -1, dtype=np.int32)  # index into texts, -1 for a row that makes a record
     texts: list[str] = []
 
     def flag(problem: str, mask: np.ndarray) -> None:  # the first problem found is the one recorded
         reason[mask & (reason < 0)] = len(texts)
         texts.append(problem)
 
-    unreadable = [row for row, record in zip(rows, records, strict=True) if record is None and row is not None]
-    if unreadable:  # the pipeline's shape, not a person's data: no release from rows it cannot read
-        raise TypeError(f"RowsToBatches reads dicts, beam.Row or NamedTuples, not {type(unreadable[0]).__name__}: "
-                        "map each element to a dict of its fields first; nothing was released")  # fmt: skip
-    flag("not a row (None)", np.array([r is None for r in records], dtype=bool))
+    if extractors is None:
+        records = [_fields(row) for row in rows]
+        unreadable = [row for row, record in zip(rows, records, strict=True) if record is None and row is not None]
+        if unreadable:  # the pipeline's shape, not a person's data: no release from rows it cannot read
+            kind = type(unreadable[0]).__name__
+            raise TypeError(f"RowsToBatches reads dicts, beam.Row or NamedTuples, not {kind}: map each element to a "
+                            "dict of its fields, or give extractors; nothing was released")  # fmt: skip
+        flag("not a row (None)", np.array([r is None for r in records], dtype=bool))
     columns = {}
     for spec in specs:
-        values = [_MISSING if r is None else r.get(spec.name, _MISSING) for r in records]
+        if extractors is None:
+            values = [_MISSING if r is None else r.get(spec.name, _MISSING) for r in records]
+        else:
+            values, failures = _extracted(rows, extractors[spec.name])
+            for failure, mask in failures:
+                flag(f"{spec.name}: extractor raised {failure}", mask)
         if any(issubclass(kind, np.generic) for kind in set(map(type, values))):  # numpy's scalars, as Python's
             values = [v.item() if isinstance(v, np.generic) else v for v in values]
         for problem, mask in _problems(values, identity_types.get(spec.name)):
@@ -135,6 +175,43 @@ def rows_as_batches(
         columns = {name: [v for v, b in zip(values, bad, strict=True) if not b] for name, values in columns.items()}
     if not bad.all():
         yield from _batches_by_type(columns)
+
+
+def _checked_extractors(extractors: Mapping[str, Extractor], names: Sequence[str]) -> dict[str, Extractor]:
+    """``extractors`` as a dict, or a ValueError unless it gives a callable for each of ``names`` and no other."""
+    if not isinstance(extractors, Mapping):
+        raise ValueError("extractors must map each declared column to a function of the element")
+    missing = [name for name in names if name not in extractors]
+    if missing:
+        raise ValueError(f"extractors has none for column {missing[0]!r}: with extractors, each declared column "
+                         "needs one")  # fmt: skip
+    others = [name for name in extractors if name not in names]
+    if others:
+        raise ValueError(f"extractors names {others[0]!r}, which is no column of the schema")
+    uncallable = [name for name in names if not callable(extractors[name])]
+    if uncallable:
+        raise ValueError(f"the extractor of column {uncallable[0]!r} is not callable")
+    return {name: extractors[name] for name in names}
+
+
+def _extracted(rows: Sequence, extract: Extractor) -> tuple[list, list[tuple[str, np.ndarray]]]:
+    """``extract`` of each row, ``_MISSING`` where it raised, and (exception type, mask) pairs for those rows.
+
+    Only the exception's type is kept (its message may quote the row), and each row's outcome is its own (see
+    ``RowsToBatches``). An ``Exception`` only: an interrupt or a worker's exit still ends the job."""
+    values, failed = [], defaultdict(list)
+    for i, row in enumerate(rows):
+        try:
+            values.append(extract(row))
+        except Exception as error:  # any: one person's row costs that row, never the release
+            values.append(_MISSING)
+            failed[type(error).__name__].append(i)
+    masks = []
+    for failure, where in failed.items():
+        mask = np.zeros(len(rows), dtype=bool)
+        mask[where] = True
+        masks.append((failure, mask))
+    return values, masks
 
 
 def _readable(hint) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import warnings
 
 import numpy as np
@@ -9,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from beam_expmech.grids import NumericGrid
-from beam_expmech.io.validation import MAX_IDENTITY_BYTES, REASON, ColumnSpec, check_batch, validate
+from beam_expmech.io.validation import MAX_IDENTITY_BYTES, REASON, ColumnKind, ColumnSpec, check_batch, validate
 
 
 def test_an_identity_takes_its_canonical_form():
@@ -171,3 +172,56 @@ def test_a_column_named_reason_keeps_its_values_in_the_dead_letter():
     _, bad = validate(pa.record_batch({"reason": ["late", "ill"], "x": [1.0, float("nan")]}), specs)
     assert bad.column_names == ["reason", "x", "reason_"]
     assert bad.to_pylist() == [{"reason": "ill", "x": "nan", "reason_": "x: NaN or infinite"}]
+
+
+def test_a_kind_may_be_a_column_kind_or_its_value_and_the_spec_keeps_the_plain_string():
+    """Every `spec.kind == "int"` in the code, and a spec's equality, hash and pickle, stay what they were."""
+    assert [kind.value for kind in ColumnKind] == ["string", "int", "float", "label", "any"]
+    for kind in ColumnKind:
+        labels = ("a", "b") if kind is ColumnKind.LABEL else None
+        by_member, by_value = ColumnSpec("c", kind, labels=labels), ColumnSpec("c", kind.value, labels=labels)
+        assert type(by_member.kind) is str and by_member.kind == kind.value == kind
+        assert by_member == by_value and hash(by_member) == hash(by_value) and repr(by_member) == repr(by_value)
+        assert pickle.dumps(by_member) == pickle.dumps(by_value)
+        assert pickle.loads(pickle.dumps(by_member)) == by_value
+    batch = pa.record_batch({"n": ["1", "x", "3"], "u": [1.0, -0.0, 0.0]})
+    by_member = validate(batch, [ColumnSpec("n", ColumnKind.INT), ColumnSpec("u", ColumnKind.ANY)])
+    by_value = validate(batch, [ColumnSpec("n", "int"), ColumnSpec("u", "any")])
+    assert by_member[0].equals(by_value[0]) and by_member[1].equals(by_value[1])
+
+
+def test_each_kind_is_documented_with_its_value():
+    for kind in ColumnKind:
+        assert f'{kind.name} ("{kind.value}")' in ColumnKind.__doc__
+
+
+@pytest.mark.parametrize(
+    "kind,meant",
+    [("str", "STRING"), ("text", "STRING"), ("integer", "INT"), ("double", "FLOAT"), ("number", "FLOAT"),
+     ("category", "LABEL"), ("id", "ANY"), ("Integer", "INT"), ("INT", "INT"), (" Float ", "FLOAT")],
+)  # fmt: skip
+def test_a_common_mistake_for_a_kind_is_told_the_kind_meant(kind, meant):
+    value = ColumnKind[meant].value
+    with pytest.raises(ValueError) as error:
+        ColumnSpec("c", kind)
+    assert str(error.value) == (
+        f"kind must be one of string, int, float, label, any (a ColumnKind), got {kind!r}: "
+        f"did you mean {value!r} (ColumnKind.{meant})?"
+    )
+
+
+@pytest.mark.parametrize("kind", ["blob", "", 3, None, ["int"]])
+def test_an_unknown_kind_lists_the_kinds_and_guesses_nothing(kind):
+    with pytest.raises(
+        ValueError, match=r"^kind must be one of string, int, float, label, any \(a ColumnKind\), got "
+    ) as e:
+        ColumnSpec("c", kind)
+    assert "did you mean" not in str(e.value)
+
+
+def test_a_label_kind_needs_its_labels_whichever_way_it_is_given():
+    for kind in (ColumnKind.LABEL, "label"):
+        with pytest.raises(ValueError, match="labels go with kind 'label', and only with it"):
+            ColumnSpec("c", kind)
+    with pytest.raises(ValueError, match="labels go with kind 'label', and only with it"):
+        ColumnSpec("c", ColumnKind.STRING, labels=("a",))

@@ -1,4 +1,5 @@
-"""RowsToBatches: rows of a PCollection (dicts, beam.Row, NamedTuples) into the library, on the DirectRunner.
+"""RowsToBatches: rows of a PCollection (dicts, beam.Row, NamedTuples, or tuples and (key, value) pairs through
+extractors) into the library, on the DirectRunner.
 
 The rows path must release what the file path releases from the same data and send bad rows to the dead
 letter with reasons that quote no value (each unit's count, on both paths, is audited in
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import typing
 from decimal import Decimal
 from pathlib import Path
@@ -22,7 +24,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.typehints import typehints
 
-from beam_expmech.io.validation import REASON, ColumnSpec, MalformedRows, validate
+from beam_expmech.io.validation import REASON, ColumnKind, ColumnSpec, MalformedRows, validate
 from beam_expmech.predicates import CategoryCounts
 from beam_expmech.transforms import (
     BoundContributions,
@@ -84,19 +86,36 @@ class Purchase(typing.NamedTuple):
     amount: float
 
 
-@pytest.mark.parametrize("form", ["dict", "beam.Row", "NamedTuple"])
+# Elements that are no rows, and how to read them: (user, item, amount) tuples and (user, {item, amount}) pairs.
+BY_POSITION = {"user": operator.itemgetter(0), "item": operator.itemgetter(1), "amount": operator.itemgetter(2)}
+BY_PAIR = {"user": lambda kv: kv[0], "item": lambda kv: kv[1]["item"], "amount": lambda kv: kv[1]["amount"]}
+
+
+def as_tuple(row: dict) -> tuple:
+    return row["user"], row["item"], row["amount"]
+
+
+def as_pair(row: dict) -> tuple:
+    return row["user"], {"item": row["item"], "amount": row["amount"]}
+
+
+@pytest.mark.parametrize("form", ["dict", "beam.Row", "NamedTuple", "tuple", "(key, dict)"])
 def test_rows_give_the_release_the_parquet_file_gives_under_a_test_seed(tmp_path, form):
     rows = purchases_by_unit()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data.parquet", row_group_size=500)
     with beam.Pipeline() as pipeline:
         files = pipeline | ReadRecordBatches([str(tmp_path / "data.parquet")], None, ["item", "user"])
         release((files | ValidateBatches(SPECS)).good, str(tmp_path / "files.json"))
-    elements = {"dict": rows, "beam.Row": [beam.Row(**r) for r in rows], "NamedTuple": [Purchase(**r) for r in rows]}
+    elements = {"dict": rows, "beam.Row": [beam.Row(**r) for r in rows], "NamedTuple": [Purchase(**r) for r in rows],
+                "tuple": list(map(as_tuple, rows)), "(key, dict)": list(map(as_pair, rows))}  # fmt: skip
+    extractors = {"tuple": BY_POSITION, "(key, dict)": BY_PAIR}.get(form)
+    if extractors is not None:
+        extractors = {spec.name: extractors[spec.name] for spec in SPECS}  # the declared columns' only
     with beam.Pipeline() as pipeline:
         checked = (
             pipeline
             | beam.Create(elements[form])
-            | RowsToBatches(schema=SPECS, batch_size=300, identity_types={"user": int})
+            | RowsToBatches(schema=SPECS, batch_size=300, identity_types={"user": int}, extractors=extractors)
         )
         release(checked.good, str(tmp_path / "rows.json"))
     from_files, from_rows = read(tmp_path / "files.json"), read(tmp_path / "rows.json")
@@ -217,8 +236,17 @@ def test_a_value_keeps_its_own_type_whatever_its_neighbours_in_the_batch():
         ({"schema": SPECS}, "column 'user' is of kind 'any': identity_types must give its values' type"),
         ({"schema": SPECS, "identity_types": {"user": list}}, "column 'user' is of kind 'any'"),
         ({"schema": SPECS, "identity_types": {"user": int, "item": int}}, "identity_types names 'item'"),
+        ({"schema": SPECS, "identity_types": {"user": int}, "extractors": {"item": len}},
+         "extractors has none for column 'user': with extractors, each declared column needs one"),
+        ({"schema": SPECS, "identity_types": {"user": int}, "extractors": {}}, "extractors has none for column 'item'"),
+        ({"schema": SPECS, "identity_types": {"user": int}, "extractors": {"item": len, "user": len, "amount": len}},
+         "extractors names 'amount', which is no column of the schema"),
+        ({"schema": SPECS, "identity_types": {"user": int}, "extractors": {"item": 1, "user": len}},
+         "the extractor of column 'item' is not callable"),
+        ({"schema": SPECS, "identity_types": {"user": int}, "extractors": [len, len]},
+         "extractors must map each declared column to a function of the element"),
     ],
-)
+)  # fmt: skip
 def test_bad_arguments_are_one_line_value_errors(arguments, message):
     with pytest.raises(ValueError, match=message) as error:
         RowsToBatches(**arguments)
@@ -226,7 +254,7 @@ def test_bad_arguments_are_one_line_value_errors(arguments, message):
 
 
 def test_an_unknown_kind_is_a_value_error():
-    with pytest.raises(ValueError, match="kind must be string, int, float, label or any"):
+    with pytest.raises(ValueError, match=r"kind must be one of string, int, float, label, any .*did you mean 'int'"):
         RowsToBatches(schema=[ColumnSpec("item", "integer")])
 
 
@@ -257,6 +285,175 @@ def test_elements_it_cannot_read_stop_the_job_when_their_type_is_unknown_until_r
     with pytest.raises(Exception, match="not tuple"):
         pipeline.run().wait_until_finish()
     assert not (tmp_path / "release.json").exists()
+
+
+EQUIVALENT_SPECS = [ColumnSpec("item", ColumnKind.INT, domain=(0, 10)), ColumnSpec("user", ColumnKind.ANY),
+                    ColumnSpec("amount", ColumnKind.FLOAT)]  # fmt: skip
+
+
+def checked_outputs(elements: list | beam.PTransform, tmp_path, **arguments) -> dict:
+    """RowsToBatches' good rows (sorted), their Arrow schemas, its dead rows with their reasons (sorted), and the
+    non-private dead_letter_rows counter, run on the DirectRunner over ``elements`` (a list, or a transform that
+    makes them)."""
+    out = tmp_path / "outputs.json"
+    out.unlink(missing_ok=True)
+    pipeline = beam.Pipeline()
+    create = elements if isinstance(elements, beam.PTransform) else beam.Create(elements)
+    checked = pipeline | create | RowsToBatches(schema=EQUIVALENT_SPECS, batch_size=4, **arguments)
+    _ = (
+        (
+            checked.good | "Good" >> beam.FlatMap(lambda b: [("good", r) for r in b.to_pylist()]),
+            checked.good | "Schema" >> beam.Map(lambda b: ("schema", str(b.schema))),
+            checked.dead | "Dead" >> beam.FlatMap(lambda t: [("dead", r) for r in t.to_pylist()]),
+        )
+        | beam.Flatten()
+        | beam.combiners.ToList()
+        | beam.Map(lambda pairs: out.write_text(json.dumps(pairs)))
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    outputs = {"good": [], "schema": [], "dead": []}
+    for name, value in json.loads(out.read_text()):
+        outputs[name].append(json.dumps(value, sort_keys=True))
+    metrics = result.metrics().query(MetricsFilter().with_name("dead_letter_rows"))["counters"]
+    return {name: sorted(set(v)) if name == "schema" else sorted(v) for name, v in outputs.items()} | {
+        "dead_letter_rows": sum(m.committed for m in metrics)
+    }
+
+
+@pytest.mark.parametrize("form", ["tuple", "typed tuple", "(key, dict)", "beam.Row"])
+def test_elements_read_through_extractors_give_the_batches_and_dead_rows_dicts_give(tmp_path, form):
+    """The same values, read by name from dicts or through extractors from tuples, pairs or beam.Row, pass the same
+    checks: the same good rows in the same canonical types, the same dead rows with the same reasons."""
+    good = [{"user": u, "item": u % 10, "amount": u / 4} for u in range(20)]
+    bad = [  # a value of each kind validation or the value checks refuse
+        {"user": 20, "item": SECRET, "amount": 1.0},  # item: not an integer
+        {"user": 21, "item": 12, "amount": 1.0},  # item: outside the domain
+        {"user": 22, "item": 2**70, "amount": 1.0},  # item: out of the 64-bit range
+        {"user": 23, "item": None, "amount": 1.0},  # item: null
+        {"user": 24, "item": Decimal("3"), "amount": 1.0},  # item: not a plain type
+        {"user": SECRET, "item": 3, "amount": 1.0},  # user: not of the declared identity type
+        {"user": 26, "item": 3, "amount": float("nan")},  # amount: NaN
+        {"user": 27, "item": np.int64(4), "amount": np.float32(0.5)},  # numpy's scalars: good rows
+    ]
+    rows = good + bad
+    from_dicts = checked_outputs(rows, tmp_path, identity_types={"user": int})
+    assert len(from_dicts["good"]) == len(good) + 1 and from_dicts["dead_letter_rows"] == len(bad) - 1
+    elements = {
+        "tuple": list(map(as_tuple, rows)),
+        "typed tuple": list(map(as_tuple, rows)),
+        "(key, dict)": list(map(as_pair, rows)),
+        "beam.Row": [beam.Row(**r) for r in rows],
+    }[form]
+    extractors = {
+        "tuple": BY_POSITION,
+        "typed tuple": BY_POSITION,
+        "(key, dict)": BY_PAIR,
+        "beam.Row": {name: operator.attrgetter(name) for name in ("user", "item", "amount")},
+    }[form]
+    if form == "typed tuple":  # an element type the by-name path refuses when built: extractors read it
+        elements = beam.Create(elements).with_output_types(typehints.Tuple[typehints.Any, typehints.Any, typehints.Any])
+    from_extractors = checked_outputs(elements, tmp_path, identity_types={"user": int}, extractors=extractors)
+    assert from_extractors == from_dicts
+    assert not any(SECRET in json.loads(r)[REASON] for r in from_extractors["dead"])
+
+
+class Unreadable:
+    """A value whose attribute, read, raises with a message that quotes the data."""
+
+    @property
+    def item(self):
+        raise AttributeError(f"no item for {SECRET}")
+
+
+def read_item(element) -> object:
+    _, value = element
+    if isinstance(value, str):
+        return int(value)  # a ValueError whose message quotes the value
+    if isinstance(value, dict):
+        return value["item"]
+    return value.item
+
+
+def test_an_extractor_that_raises_makes_a_dead_row_whose_reason_names_the_column_and_the_exception_type_only(
+    tmp_path, caplog
+):
+    """Each element's fate is its own: an element an extractor cannot read costs that element, never the release,
+    and neither the reason nor a log line quotes the exception's message (it may hold the data)."""
+    specs = [ColumnSpec("user", "any"), ColumnSpec("item", "int")]
+    extractors = {"user": lambda element: element[0], "item": read_item}
+    good = [(u, {"item": 3}) for u in range(5)]
+    bad = {  # the reason each bad element must get
+        "user: extractor raised IndexError": (),
+        "user: extractor raised TypeError": None,
+        "item: extractor raised ValueError": (7, SECRET),
+        "item: extractor raised KeyError": (8, {SECRET: 1}),
+        "item: extractor raised AttributeError": (9, Unreadable()),
+    }
+    caplog.set_level(logging.DEBUG)
+    pipeline = beam.Pipeline()
+    checked = (
+        pipeline
+        | beam.Create([*good, *bad.values()]).with_output_types(typehints.Any)
+        | RowsToBatches(schema=specs, batch_size=4, identity_types={"user": int}, extractors=extractors)
+    )
+    _ = checked.dead | WriteDeadLetter(str(tmp_path / "dead.csv"), ["user", "item"])
+    _ = (
+        checked.good
+        | PredicateCounts(CategoryCounts("item", range(10)))
+        | PrivateSelect(epsilon=1.0, sensitivity=1, num_candidates=10, seed=1)
+        | beam.Map(lambda s: (tmp_path / "release.json").write_text(json.dumps(s)))
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    assert json.loads((tmp_path / "release.json").read_text()) == [3]  # the good elements still released
+    dead = pacsv.read_csv(tmp_path / "dead.csv", convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+    assert sorted(dead.column(REASON).to_pylist()) == sorted(bad)
+    assert dead.filter(pa.compute.equal(dead.column(REASON), "user: extractor raised TypeError")).to_pylist() == [
+        {"user": None, "item": None, REASON: "user: extractor raised TypeError"}  # what could not be read: null
+    ]
+    ours = [r for r in caplog.records if r.levelno >= logging.INFO or r.name.startswith("beam_expmech")]
+    assert ours and not any(SECRET in r.getMessage() or SECRET in str(r.exc_info) for r in ours)
+    metrics = result.metrics().query(MetricsFilter().with_name("dead_letter_rows"))["counters"]
+    assert sum(m.committed for m in metrics) == len(bad)
+
+
+def test_extractors_wrong_for_every_element_make_every_row_dead_and_never_stop_the_job():
+    """The choice RowsToBatches' docstring explains: failing is per element, whatever the others do, even when none
+    can be read (a dict's key read from tuples). A rule that stopped the job on a whole batch of failures would let
+    one person's rows decide whether anything is released."""
+    specs = [ColumnSpec("user", "any"), ColumnSpec("item", "int")]
+    rows = [(u, u % 3) for u in range(6)]
+    extractors = {"user": operator.itemgetter(0), "item": operator.itemgetter("item")}
+    out = list(rows_as_batches(rows, specs, {"user": int}, extractors=extractors))
+    (dead,) = out  # no batch of good rows
+    assert isinstance(dead, MalformedRows)
+    assert dead.rows.column(REASON).to_pylist() == ["item: extractor raised TypeError"] * len(rows)
+    assert dead.rows.column("user").to_pylist() == [str(u) for u, _ in rows]  # what was read: in the dead letter
+
+
+@pytest.mark.parametrize(
+    "element_type,elements",
+    [
+        (typehints.Tuple[int, int], [(1, 3)]),
+        (typehints.KV[int, typehints.Dict[str, int]], [(1, {"item": 3})]),
+        (typehints.Tuple[int, ...], [(1, 3)]),
+        (int, [3]),
+        (typehints.Union[typehints.Dict[str, int], typehints.Tuple[int, int]], [{"item": 3}]),
+    ],
+)
+def test_a_typed_pcollection_of_no_rows_is_refused_without_extractors_when_built_and_read_with_them(
+    element_type, elements
+):
+    """The element type is the pipeline's shape (public): without extractors nothing in it can be read by name, so
+    the graph is refused before anything runs; the same PCollection, with extractors, builds."""
+    pipeline = beam.Pipeline()
+    created = pipeline | beam.Create(elements).with_output_types(element_type)
+    with pytest.raises(ValueError, match=r"reads dicts, beam\.Row or NamedTuples, and this PCollection holds .*"
+                       r"or give extractors"):  # fmt: skip
+        _ = created | "By name" >> RowsToBatches(schema=[ColumnSpec("item", "int")])
+    checked = created | "Extracted" >> RowsToBatches(schema=[ColumnSpec("item", "int")], extractors={"item": len})
+    assert checked.good.element_type is not None
 
 
 def test_numpy_scalars_are_read_as_the_numbers_they_are(tmp_path):
