@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
@@ -14,11 +15,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from beam_expmech.io.avro_tables import AvroWriter
+
 TABLE_CHUNK_BYTES = 2**24
 """What ``table_chunk_rows`` aims a chunk of a table at: its arrays, in Arrow's layout or as CSV text."""
 TABLE_WRITER_BYTES = 4 * TABLE_CHUNK_BYTES + 2 * 16 * 2**20
 """What ``write_table_atomically`` holds at most beside the rows it is handed: a chunk's arrays, its encoding
-(Parquet pages and their compressed copy, or CSV text) and the file's buffers (gs:// uploads 16 MiB pieces)."""
+(Parquet pages and their compressed copy, CSV text, or an Avro block and the arrays that encode it: see
+``avro_tables.BLOCK_BYTES``) and the file's buffers (gs:// uploads 16 MiB pieces)."""
 
 
 def _remote(path: str) -> bool:
@@ -110,16 +114,22 @@ def table_chunk_rows(row_bytes: int) -> int:
     return max(1, TABLE_CHUNK_BYTES // max(1, row_bytes))
 
 
+def extension(path: str) -> str:
+    """The extension of ``path``'s last part, in lower case and without its dot ("" if it has none): what the
+    format a file is written in follows. Read from the name alone (local, file:// or gs://), not the file."""
+    return posixpath.splitext(path)[1].removeprefix(".").lower()
+
+
 def write_table_atomically(path: str, schema: pa.Schema, chunks: Iterable[pa.Table]) -> None:
-    """The ``chunks`` of a table (each of ``schema``) written one at a time to ``path``, Parquet or CSV by its
-    extension (a Parquet row group, a piece of CSV each; one header), atomically (``open_atomically``): the
-    whole table is never held at once, neither as arrays nor as bytes."""
-    with open_atomically(path) as handle:
-        csv = path.lower().endswith(".csv")
-        # The writer's close (Parquet's footer) leaves the handle open, for open_atomically to finish
-        with pacsv.CSVWriter(handle, schema) if csv else pq.ParquetWriter(handle, schema) as writer:
-            for chunk in chunks:
-                writer.write_table(chunk)
+    """The ``chunks`` of a table (each of ``schema``) written one at a time to ``path``, CSV, Avro or Parquet
+    by its extension (any other extension: Parquet; a piece of CSV, Avro blocks or a Parquet row group each;
+    one header), atomically (``open_atomically``): the whole table is never held at once, neither as arrays
+    nor as bytes."""
+    writer = {"csv": pacsv.CSVWriter, "avro": AvroWriter}.get(extension(path), pq.ParquetWriter)
+    # The writer's close (Parquet's footer) leaves the handle open, for open_atomically to finish
+    with open_atomically(path) as handle, writer(handle, schema) as table_writer:
+        for chunk in chunks:
+            table_writer.write_table(chunk)
 
 
 def location(path: str) -> str:
