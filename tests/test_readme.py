@@ -33,12 +33,12 @@ def test_every_example_is_run_here():
 
 @pytest.fixture
 def purchases(tmp_path, monkeypatch):
-    """data/part-0.parquet as the declared examples read it, in a folder of its own: (user_id, item, amount, a, b, y)."""
+    """data/part-0.parquet as the declared examples read it: (user_id, item, amount, a, b, y)."""
     rng = np.random.default_rng(0)
     users = rng.integers(0, 2_000, 10_000)
     a, b = rng.integers(0, 2, (2, users.size))
-    table = {"user_id": users, "item": np.minimum(rng.zipf(1.3, users.size) - 1, 999), "amount": rng.gamma(2, 50, users.size),
-             "a": a, "b": b, "y": a | b}  # fmt: skip
+    items = np.minimum(rng.zipf(1.3, users.size) - 1, 999)
+    table = {"user_id": users, "item": items, "amount": rng.gamma(2, 50, users.size), "a": a, "b": b, "y": a | b}
     (tmp_path / "data").mkdir()
     write(pa.table(table), tmp_path / "data" / "part-0.parquet", "parquet")
     monkeypatch.chdir(tmp_path)
@@ -134,5 +134,6 @@ def test_the_mechanism_and_budget_examples_run_and_the_overdraft_is_refused():
 
 
 def test_the_side_by_side_job_writes_the_top_three(purchases):
-    exec([b for b in BLOCKS if b.startswith("from beam_expmech import") and ").run()" in b][0], {})
+    (job,) = [b for b in BLOCKS if b.startswith("from beam_expmech import") and ").run()" in b]
+    exec(job, {})
     assert len(json.loads((purchases / "out" / "top3.json").read_text())["selected"]) == 3

@@ -18,7 +18,9 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import fields as dataclass_fields
 
-from beam_expmech.io import release_files, writers
+import pyarrow as pa
+
+from beam_expmech.io import avro_tables, release_files, writers
 from beam_expmech.releases import charges, passes, runners
 from beam_expmech.releases.declaration import EACH_ROW, Budget, Files, PrivacyUnit, Rows
 from beam_expmech.releases.queries import Halfspace, Quantiles, Select
@@ -56,6 +58,9 @@ class PrivateRelease:
             release_files.result_format(self.output)
         check_destinations(self.output, self.dead_letter, budget.ledger, release_files.writes_manifest(self.output))
         self.prepared = query.prepare(unit, budget, seed, self.source)
+        if isinstance(query, Synthesis) and release_files.table_format(self.output) == "avro":
+            columns = [(c, pa.int64()) for c in self.prepared.described]  # Avro's rules are on names
+            avro_tables.avro_schema(pa.schema(columns))
         written = {"output": self.output, "dead_letter": self.dead_letter}
         self.files = passes.check_input(self.source, self.prepared.specs, self.prepared.labels, unit=unit,
                                         writes=written)  # fmt: skip

@@ -84,6 +84,7 @@ def test_a_bad_declaration_is_refused_when_made(make, message):
         ({"output": "r"}, "must end in"),
         ({"query": Synthesis({"item": 20}, rows=10), "output": "s.json"}, "must end in .parquet, .csv or .avro"),
         ({"query": Synthesis({"item": 20}, rows=10), "output": "s.avro"}, "the budget needs a delta > 0"),
+        ({"query": Synthesis({"item": 20, "a b": 2}, method="mwem"), "output": "s.avro"}, "not an Avro name"),
         ({"dead_letter": "{out}/dead.csv"}, "must lie outside the output's folder"),
         ({"output": "{data}"}, "output is one of the input files"),
         ({"dead_letter": "{data}"}, "dead_letter is one of the input files"),
