@@ -30,7 +30,7 @@ def build_parser() -> flags.ArgumentParser:
     flags.add_input_flags(parser)
     parser.add_argument("--features", required=True, help="comma-separated bit columns x_1 .. x_d")
     parser.add_argument("--label", required=True, help="the bit column y")
-    parser.add_argument("--weights", default="-1,0,1", help="weight values of the grid (default -1,0,1)")
+    parser.add_argument("--weights", help="weight values of the grid (default -1,0,1)")
     candidates = parser.add_mutually_exclusive_group()
     candidates.add_argument(
         "--max-candidates",
@@ -66,9 +66,9 @@ def candidate_rows(args: argparse.Namespace) -> list[list[str]] | None:
 
 def declared(args: argparse.Namespace) -> PrivateRelease:
     """The release the flags declare."""
-    query = Halfspace([f.strip() for f in args.features.split(",") if f.strip()], args.label,
-                      weights=[w for w in args.weights.split(",") if w.strip()], candidates=candidate_rows(args),
-                      max_candidates=args.max_candidates)  # fmt: skip
+    weights = None if args.weights is None else [w for w in args.weights.split(",") if w.strip()]
+    query = Halfspace([f.strip() for f in args.features.split(",") if f.strip()], args.label, weights=weights,
+                      candidates=candidate_rows(args), max_candidates=args.max_candidates)  # fmt: skip
     return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
                           unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit),
                           budget=Budget(args.epsilon, 0.0, args.budget_ledger, args.dataset_id),

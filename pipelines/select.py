@@ -64,7 +64,6 @@ def build_parser() -> flags.ArgumentParser:
     parser.add_argument(
         "--shard-size",
         type=int,
-        default=DEFAULT_SHARD_SIZE,
         help=f"candidates per shard of the distributed selection (default {DEFAULT_SHARD_SIZE:,}): each shard's "
         "top k is drawn on a worker, then merged exactly; smaller spreads a huge candidate set over more workers",
     )

@@ -37,6 +37,8 @@ from beam_expmech.releases import Budget, Files, PrivacyUnit, PrivateRelease, Sy
 from beam_expmech.releases.domains import read_domain
 from pipelines import console, flags
 
+AIM_DELTA = 1e-9
+
 
 def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
@@ -52,8 +54,8 @@ def build_parser() -> flags.ArgumentParser:
     parser.add_argument(
         "--delta",
         type=float,
-        default=1e-9,
-        help="aim: the small chance the epsilon bound may fail (default 1e-9; mwem and blr are pure: 0)",
+        help=f"aim: the small chance the epsilon bound may fail (default {AIM_DELTA:g}); mwem and blr are pure "
+        "epsilon-DP and take none",
     )
     parser.add_argument(
         "--method",
@@ -99,7 +101,9 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
                       degree=args.workload_degree, rows=args.rows, max_synthetic_rows=args.max_synthetic_rows,
                       rounds=args.rounds, domain_name=args.domain,
                       progress=_progress_bar() if sys.stderr.isatty() else None)  # fmt: skip
-    delta = args.delta if args.method == "aim" else 0.0  # mwem and blr are pure
+    if args.method != "aim" and args.delta is not None:
+        raise ValueError(f"--delta is for aim: {args.method} is pure epsilon-DP")
+    delta = (AIM_DELTA if args.delta is None else args.delta) if args.method == "aim" else 0.0
     return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
                           unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit),
                           budget=Budget(args.epsilon, delta, args.budget_ledger, args.dataset_id),
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(release.dry_run())
         return 0
     manifest = release.run(beam_args)
-    guarantee = f"epsilon={args.epsilon:g}" + (f", delta={args.delta:g}" if args.method == "aim" else "")
+    guarantee = f"epsilon={args.epsilon:g}" + (f", delta={manifest['delta']:g}" if args.method == "aim" else "")
     print(
         f"wrote {manifest['rows']:,} synthetic rows of {len(manifest['columns'])} columns by {args.method}, "
         f"{guarantee}, to {args.output} (manifest: {manifest_path(args.output)})"

@@ -62,8 +62,9 @@ def write_result(path: str, *, document: dict, table: pa.Table, manifest: dict) 
     if not writes_manifest(path):
         writers.write_json(path, document)
         return
+    described = writers.json_bytes(manifest)  # first: a manifest that cannot be written stops it before the table
     writers.write_table_atomically(path, table.schema, [table])
-    writers.write_json(manifest_path(path), manifest)
+    writers.write_atomically(manifest_path(path), described)
 
 
 def result_table(result: dict) -> pa.Table:

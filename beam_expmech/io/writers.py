@@ -98,8 +98,13 @@ def write_atomically(path: str, data: bytes) -> None:
         handle.write(data)
 
 
+def json_bytes(payload: dict) -> bytes:
+    """``payload`` as the JSON every release is written as (a ValueError or TypeError before anything is written)."""
+    return (json.dumps(payload, indent=2) + "\n").encode()
+
+
 def write_json(path: str, payload: dict) -> None:
-    write_atomically(path, (json.dumps(payload, indent=2) + "\n").encode())
+    write_atomically(path, json_bytes(payload))
 
 
 def table_to_csv(table: pa.Table) -> bytes:

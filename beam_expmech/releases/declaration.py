@@ -36,11 +36,11 @@ class PrivacyUnit:
         if (self.column is None) != (self.max_rows is None):
             raise ValueError("a privacy unit's column and max_rows go together (without them each row is a unit)")
         if self.max_rows is not None:
-            parameters.count(self.max_rows, "max_rows")
+            object.__setattr__(self, "max_rows", parameters.count(self.max_rows, "max_rows"))
         if self.max_keys is not None:
             if self.column is None:
                 raise ValueError("max_keys goes with a unit column (without it each row is a unit of one key)")
-            parameters.count(self.max_keys, "max_keys")
+            object.__setattr__(self, "max_keys", parameters.count(self.max_keys, "max_keys"))
 
     @property
     def rows(self) -> int:
@@ -98,7 +98,12 @@ class Files:
 class Rows:
     """Data already in a pipeline: ``read(pipeline)`` returns a PCollection of rows (dicts, beam.Row,
     NamedTuples; tuples and (key, value) pairs through ``extractors``, one plain function a column), read as
-    ``RowsToBatches`` reads them (``identity_types``: the unit column's Python type)."""
+    ``RowsToBatches`` reads them (``identity_types``: the unit column's Python type).
+
+    ``read`` is called once for each graph a run builds (one a data pass: a synthesis with private bin edges
+    makes one a column, then the generator's, and builds that one twice): it must make a fresh PCollection of the
+    same rows each time (read them again), never draw from a one-shot iterator. Rows carry no schema, so a
+    synthesis reads a numeric column on a grid as floats (files say whether it holds integers)."""
 
     read: Callable[[beam.Pipeline], beam.PCollection]
     identity_types: Mapping[str, type] = field(default_factory=dict)

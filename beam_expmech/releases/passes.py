@@ -93,7 +93,10 @@ def read_valid_batches(pipeline: beam.Pipeline, reading: Reading, specs: Sequenc
     one element, once written), or None without a dead letter: rejected rows are then only counted (the
     non-private counter)."""
     if isinstance(reading.source, Rows):
-        rows = reading.source.read(pipeline)
+        try:
+            rows = reading.source.read(pipeline)
+        except Exception as error:  # the user's own code, but its text may quote a row
+            raise ValueError(f"Rows' read failed when the graph was built: {describe_error(error)}") from None
         extra = {} if reading.source.extractors is None else {"extractors": reading.source.extractors}
         checked = rows | "Validate" >> RowsToBatches(schema=specs, identity_types=reading.source.identity_types,
                                                      **extra)  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import fields as dataclass_fields
@@ -27,6 +28,9 @@ from beam_expmech.releases.queries import Halfspace, Quantiles, Select
 from beam_expmech.releases.synthesis import Synthesis
 
 Query = Select | Quantiles | Halfspace | Synthesis
+# A file name's bytes at most: the run writes ".staged-" + 16 hex + "-" + the name, and ".edges-...-STEM.json",
+# beside it, within a file system's 255.
+MAX_NAME_BYTES = 200
 
 
 class PrivateRelease:
@@ -52,16 +56,15 @@ class PrivateRelease:
         self.query, self.budget, self.unit, self.seed = query, budget, unit, seed
         self.output = destination(output, "output")
         self.dead_letter = None if dead_letter is None else destination(dead_letter, "dead_letter")
-        if isinstance(query, Synthesis):
-            release_files.table_format(self.output)
-        else:
-            release_files.result_format(self.output)
-        check_destinations(self.output, self.dead_letter, budget.ledger, release_files.writes_manifest(self.output))
+        synthesis = isinstance(query, Synthesis)
+        fmt = release_files.table_format(self.output) if synthesis else release_files.result_format(self.output)
+        beside = release_files.manifest_path(self.output) if synthesis or fmt != "json" else None
+        check_destinations(self.output, self.dead_letter, budget.ledger, beside)
         self.prepared = query.prepare(unit, budget, seed, self.source)
-        if isinstance(query, Synthesis) and release_files.table_format(self.output) == "avro":
-            columns = [(c, pa.int64()) for c in self.prepared.described]  # Avro's rules are on names
-            avro_tables.avro_schema(pa.schema(columns))
-        written = {"output": self.output, "dead_letter": self.dead_letter}
+        if fmt == "avro":  # Avro's rules are on the columns' names
+            avro_tables.avro_schema(pa.schema([(c, pa.int64()) for c in self.prepared.described]))
+        writers.json_bytes(self.fields)  # every public field as JSON: refused here, not after the charge
+        written = {"output": self.output, "the output's manifest": beside, "dead_letter": self.dead_letter}
         self.files = passes.check_input(self.source, self.prepared.specs, self.prepared.labels, unit=unit,
                                         writes=written)  # fmt: skip
 
@@ -126,10 +129,19 @@ def destination(path: str, name: str) -> str:
     return path
 
 
-def check_destinations(output: str, dead_letter: str | None, ledger: str | None, manifest: bool) -> None:
-    """Before anything is read or spent: the output, its ``manifest`` beside it (if it has one) and the dead letter
-    are files a run can write, not the ledger, and the dead letter (raw rows) lies outside the release's folder."""
-    beside = release_files.manifest_path(output) if manifest else None
+def check_destinations(output: str, dead_letter: str | None, ledger: str | None, beside: str | None) -> None:
+    """Before anything is read or spent: the output, the manifest ``beside`` it (if it has one) and the dead letter
+    are files a run can write, not the ledger, and the dead letter (raw rows) lies outside the release's folder;
+    no other release's table is described by the manifest."""
+    if output.lower().endswith(".manifest.json"):
+        raise ValueError("output ends in .manifest.json, the name a table's manifest takes: choose another name")
+    if beside is not None and not output.startswith("gs://"):
+        stem = posixpath.splitext(output)[0]
+        others = [f"{stem}.{f}" for f in {*release_files.RESULT_FORMATS, *release_files.TABLE_FORMATS} - {"json"}
+                  if f"{stem}.{f}" != output and os.path.exists(f"{stem}.{f}")]  # fmt: skip
+        if others:
+            raise ValueError(f"{others[0]} is beside the output, and {beside} would describe the new release "
+                             "instead of it: choose another name")  # fmt: skip
     for name, path in (("output", output), ("the output's manifest", beside), ("dead_letter", dead_letter)):
         if path is None:
             continue
@@ -137,6 +149,9 @@ def check_destinations(output: str, dead_letter: str | None, ledger: str | None,
             raise ValueError(f"{name} is the budget's ledger: a run must not write over it")
         if path.startswith("gs://"):
             continue
+        if len(os.path.basename(path).encode()) > MAX_NAME_BYTES:
+            raise ValueError(f"{name}'s file name is over {MAX_NAME_BYTES} bytes: the run writes names of its own "
+                             "beside it (staged, manifest), which a file system's 255 would not hold")  # fmt: skip
         if os.path.isdir(path) or path.endswith(os.sep):
             raise ValueError(f"{name} names a folder: give a file's path")
         folder = os.path.dirname(os.path.abspath(path))

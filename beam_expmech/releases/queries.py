@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import apache_beam as beam
+import pyarrow as pa
 
 from beam_expmech import halfspaces, parameters
 from beam_expmech.accounting import Release
@@ -44,7 +45,8 @@ from beam_expmech.transforms.keys import PrivateTopKeys
 MAX_CANDIDATES = 1 << 32
 PUBLIC_MECHANISMS = ("exponential", "permute-and-flip")
 QUANTILE_METHODS = ("independent", "joint")
-RESULT_FIELDS = ("selected", "quantiles", "weights", "features")  # a release's result, as its table holds it
+DEFAULT_WEIGHTS = (-1, 0, 1)  # a halfspace's grid of weights, unless declared
+RESULT_FIELDS = ("selected", "weights", "features")  # a selection's or halfspace's result, as its table holds it
 
 
 @dataclass(frozen=True)
@@ -61,24 +63,40 @@ class Prepared:
     plan: dict
     job: CountingJob | KeyCountingJob
     labels: dict[str, list] | None = None
+    table_of: Callable[[dict], pa.Table] = None  # the result as a table (CSV, Parquet); default: result_table's
 
     def run(self, reading: Reading, *, charged: Callable[[], AbstractContextManager], output: str) -> dict:
         """Build the pass, charge (``charged``: the charge's block, entered before any row is read), run it to the
         release's write at ``output``, and read the release back, after the block: the ledger marks the run
         done exactly when the release is written."""
-        graph = built(lambda: counting_pipeline(reading, self.job, functools.partial(write_release, output)))
+        write = functools.partial(write_release, output, self.table_of or result_table)
+        graph = built(lambda: counting_pipeline(reading, self.job, write))
         with charged():
             run_pipeline(reading, graph)
         return read_release(output)
 
 
-def write_release(output: str, document: dict) -> None:
+def write_release(output: str, table_of: Callable[[dict], pa.Table], document: dict) -> None:
     """A selection's, quantiles' or halfspace's ``document`` (its result, then its public fields) written to
-    ``output`` in the format its name says: JSON whole, or the result as a CSV or Parquet table with the whole
-    document beside it as the manifest."""
-    result = {key: document[key] for key in RESULT_FIELDS if key in document}
-    release_files.write_result(output, document=document, table=release_files.result_table(result),
-                               manifest=document)  # fmt: skip
+    ``output`` in the format its name says: JSON whole, or the result as a CSV or Parquet table (``table_of``)
+    with the whole document beside it as the manifest."""
+    table = table_of(document) if release_files.writes_manifest(output) else None
+    release_files.write_result(output, document=document, table=table, manifest=document)
+
+
+def result_table(document: dict) -> pa.Table:
+    """The result of a selection or halfspace as its table (release_files.result_table)."""
+    return release_files.result_table({key: document[key] for key in RESULT_FIELDS if key in document})
+
+
+def pure(query: object, unit: PrivacyUnit, budget: Budget) -> None:
+    """A pure epsilon-DP query over public candidates: a budget's delta or a unit's max_keys would do nothing, so
+    each is refused rather than ignored."""
+    name = type(query).__name__
+    if budget.delta:
+        raise ValueError(f"{name} is pure epsilon-DP: the budget's delta would not be spent; leave it 0")
+    if unit.max_keys is not None:
+        raise ValueError(f"max_keys bounds keys found in the data: with {name} it would do nothing")
 
 
 def read_release(output: str) -> dict:
@@ -131,11 +149,15 @@ class Select:
     candidates: Sequence[str] | range | None = None
     k: int = 1
     mechanism: str | None = None
-    shard_size: int = DEFAULT_SHARD_SIZE
+    shard_size: int | None = None
     pipeline: ClassVar[str] = "select"
 
     def __post_init__(self):
         keys = self.candidates is None
+        object.__setattr__(self, "k", parameters.count(self.k, "k"))
+        if keys and self.shard_size is not None:
+            raise ValueError("shard_size spreads public candidates' counts: keys found in the data have their own")
+        object.__setattr__(self, "shard_size", parameters.count(self.shard_size or DEFAULT_SHARD_SIZE, "shard_size"))
         if self.mechanism is None:  # the default depends on where the candidates come from
             object.__setattr__(self, "mechanism", KEY_MECHANISMS[0] if keys else PUBLIC_MECHANISMS[0])
         if not keys and self.mechanism not in PUBLIC_MECHANISMS:
@@ -172,6 +194,9 @@ class Select:
                                   label=f"top-{self.k} keys of {self.column}", seed=seed)  # fmt: skip
         if unit.max_keys is not None:
             raise ValueError("max_keys bounds keys found in the data: with public candidates it would do nothing")
+        if budget.delta:
+            raise ValueError("a selection over public candidates is pure epsilon-DP: the budget's delta would not "
+                             "be spent; leave it 0")  # fmt: skip
         family = self.family()
         return PrivateSelect(epsilon=budget.epsilon, sensitivity=unit.rows * family.contribution,
                              num_candidates=family.num_candidates, k=self.k, mechanism=self.mechanism,
@@ -228,10 +253,24 @@ class Quantiles:
     pipeline: ClassVar[str] = "quantiles"
 
     def __post_init__(self):
-        parameters.finite_range(self.lower, self.upper, "lower", "upper")
+        lower, upper = parameters.finite_range(self.lower, self.upper, "lower", "upper")
+        object.__setattr__(self, "lower", lower)
+        object.__setattr__(self, "upper", upper)
+        object.__setattr__(self, "bins", parameters.count(self.bins, "bins"))
         if self.method not in QUANTILE_METHODS:
             raise ValueError(f"method must be one of {', '.join(QUANTILE_METHODS)}, got {self.method!r}")
-        object.__setattr__(self, "quantiles", tuple(self.quantiles))
+        if isinstance(self.quantiles, str):
+            raise ValueError(f"quantiles must be a list of numbers, got {self.quantiles!r}")
+        quantiles = tuple(parameters.probability(q, f"quantile {q}") for q in self.quantiles)
+        names = [f"{q:g}" for q in quantiles]  # how the release names each
+        if len(set(names)) != len(names):
+            raise ValueError(f"quantiles {', '.join(names)}: two would be released under one name")
+        object.__setattr__(self, "quantiles", quantiles)
+
+    def table(self, document: dict) -> pa.Table:
+        """The released quantiles as a table: each quantile as declared (not as its name), and its value."""
+        return pa.table({"quantile": pa.array(sorted(self.quantiles), pa.float64()),
+                         "value": pa.array(list(document["quantiles"].values()), pa.float64())})  # fmt: skip
 
     def final_step(self, unit: PrivacyUnit, budget: Budget, seed: int | None = None) -> PrivateQuantiles:
         """Summed histogram -> quantiles, with K from ``unit`` (also run by the privacy audit)."""
@@ -241,6 +280,7 @@ class Quantiles:
 
     def prepare(self, unit: PrivacyUnit, budget: Budget, seed: int | None = None, source=None) -> Prepared:
         """Everything the release needs from public parameters (``source``: unused, the data's types are not)."""
+        pure(self, unit, budget)
         step = self.final_step(unit, budget, seed)  # checks epsilon and the quantiles, rehearsed on the grid
         each = step.epsilon / len(step.quantiles)
         if self.method == "joint":
@@ -257,26 +297,32 @@ class Quantiles:
                                 lower=self.lower, upper=self.upper, bins=self.bins)  # fmt: skip
         release = GatherCounts() | step | "Manifest" >> beam.Map(lambda values: {"quantiles": values, **fields})
         specs = [ColumnSpec(self.column, "float"), *unit.specs()]
-        return Prepared(step.cost, 0.0, specs, fields, fields, CountingJob(specs, step.family, release))
+        return Prepared(step.cost, 0.0, specs, fields, fields, CountingJob(specs, step.family, release),
+                        table_of=self.table)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Halfspace:
     """The weights pi, one per feature, with pi . x >= y true of the most records (x the bit ``features``, y the
     bit ``label``), by the exponential mechanism among public candidates: every vector of the ``weights`` values
-    (at most ``max_candidates`` of them), or the given ``candidates`` (weight vectors). Weights are read exactly
-    (text "0.1" is 1/10). Sensitivity, derived: a unit's K records move each fit count by at most K (monotone).
-    The training accuracy is not released (it would be a non-private release).
+    (default -1, 0, 1; at most ``max_candidates`` vectors), or the given ``candidates`` (weight vectors). Weights are
+    read exactly (text "0.1" is 1/10). Sensitivity, derived: a unit's K records move each fit count by at most K
+    (monotone). The training accuracy is not released (it would be a non-private release).
     """
 
     features: Sequence[str]
     label: str
-    weights: Sequence = (-1, 0, 1)
+    weights: Sequence | None = None
     candidates: Sequence[Sequence] | None = None
     max_candidates: int = halfspaces.DEFAULT_MAX_CANDIDATES
     pipeline: ClassVar[str] = "learn"
 
     def __post_init__(self):
+        if isinstance(self.features, str):
+            raise ValueError(f"features must be a list of column names, got {self.features!r}")
+        if self.weights is not None and self.candidates is not None:
+            raise ValueError("weights make a grid of candidates: give weights or candidates, not both")
+        object.__setattr__(self, "max_candidates", parameters.count(self.max_candidates, "max_candidates"))
         features = tuple(self.features)
         if not features or len(set(features)) != len(features) or self.label in features:
             raise ValueError("features must name distinct columns, none of them the label")
@@ -287,7 +333,7 @@ class Halfspace:
     def candidate_matrix(self) -> halfspaces.Candidates:
         """The public candidates, with their weights read exactly as written."""
         if self.candidates is None:
-            weights = [halfspaces.exact_weight(w) for w in self.weights]
+            weights = [halfspaces.exact_weight(w) for w in (self.weights or DEFAULT_WEIGHTS)]
             return halfspaces.weight_grid(weights, len(self.features), max_candidates=self.max_candidates,
                                           name="weights")  # fmt: skip
         return halfspaces.check_candidates(self.candidates, len(self.features), max_candidates=self.max_candidates)
@@ -299,6 +345,7 @@ class Halfspace:
 
     def prepare(self, unit: PrivacyUnit, budget: Budget, seed: int | None = None, source=None) -> Prepared:
         """Everything the release needs from public parameters (``source``: unused, the data's types are not)."""
+        pure(self, unit, budget)
         step = self.final_step(unit, budget, seed)
         columns = [*self.features, self.label]
         family = MarginalCounts(columns, [2] * len(columns))

@@ -70,9 +70,13 @@ class Synthesis:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.method == "blr" and self.rows is None:
             raise ValueError("rows is required with method blr (the synthetic dataset's size)")
-        for name in ("rows", "rounds", "max_synthetic_rows"):
+        for name in ("rows", "rounds", "max_synthetic_rows", "degree"):
             if getattr(self, name) is not None:
-                parameters.count(getattr(self, name), name)
+                object.__setattr__(self, name, parameters.count(getattr(self, name), name))
+        if self.method == "blr" and (self.degree is not None or self.rounds is not None):
+            raise ValueError("blr measures the full-domain histogram once: degree and rounds are for aim and mwem")
+        if isinstance(self.columns, str):
+            raise ValueError(f"columns must be a list of column names, got {self.columns!r}")
         if self.rows is not None and self.max_synthetic_rows is not None:
             raise ValueError("max_synthetic_rows caps the noisy size, drawn only without rows: give one of them")
 
@@ -95,6 +99,11 @@ class Synthesis:
         typed by the input's schema (no row read), and the run's one charge for them all."""
         if self.method == "aim" and not budget.delta:
             raise ValueError("method aim is (epsilon, delta)-DP: the budget needs a delta > 0")
+        if self.method != "aim" and budget.delta:
+            raise ValueError(f"method {self.method} is pure epsilon-DP: the budget's delta would not be spent; "
+                             "leave it 0")  # fmt: skip
+        if unit.max_keys is not None:
+            raise ValueError("max_keys bounds keys found in the data: with Synthesis it would do nothing")
         described = self.described()
         if isinstance(source, Files):  # integers stay integers; rows' types are not known before they are read
             described = domains.with_input_types(described, source.pattern, source.format, self.domain_name)

@@ -33,6 +33,7 @@ PLAIN_TYPES = {type(None): pa.null(), bool: pa.bool_(), int: pa.int64(), float: 
 IDENTITY_TYPES = (int, float, str, bytes)
 _INT64 = (-(2**63), 2**63)
 _MISSING = object()  # a field the row does not have, or one its extractor could not read
+_NUMPY_PLAIN = (np.number, np.bool_, np.str_, np.bytes_)  # numpy's scalars of plain types, read as those
 Extractor = Callable[[object], object]  # an element -> one column's value
 
 
@@ -55,8 +56,9 @@ class RowsToBatches(beam.PTransform):
     itself holds raw data (an operator's file, never a release). Bad rows are counted in the non-private
     counter ``dead_letter_rows``; fields not declared are not read. Without ``extractors``, elements of a kind it
     cannot read by name (tuples, (key, value) pairs, plain values) are refused when the graph is built, where the
-    PCollection's element type says so, and otherwise stop the job at the first one (a TypeError): the
-    pipeline's shape, not a person's data, so nothing is released from rows it cannot read.
+    PCollection's element type says so (the pipeline's shape, public); otherwise each such element is a dead row
+    ("not a row"), as an extractor's failure is below: whether one is in the data must not decide whether the job
+    stops, which would tell it.
 
     ``extractors`` (as PipelineDP's ``DataExtractors``): to read other elements, one plain function per declared
     column (every one, and no other) that takes an element and returns that column's value; for (user, dict)
@@ -147,12 +149,11 @@ def rows_as_batches(
 
     if extractors is None:
         records = [_fields(row) for row in rows]
-        unreadable = [row for row, record in zip(rows, records, strict=True) if record is None and row is not None]
-        if unreadable:  # the pipeline's shape, not a person's data: no release from rows it cannot read
-            kind = type(unreadable[0]).__name__
-            raise TypeError(f"RowsToBatches reads dicts, beam.Row or NamedTuples, not {kind}: map each element to a "
-                            "dict of its fields, or give extractors; nothing was released")  # fmt: skip
-        flag("not a row (None)", np.array([r is None for r in records], dtype=bool))
+        # An element read by no name is a dead row, as None is: one person's element must not decide whether the
+        # job stops (the release's presence would tell it). A PCollection typed as such is refused when built.
+        flag("not a row (None)", np.array([row is None for row in rows], dtype=bool))
+        flag("not a row (not a dict, beam.Row or NamedTuple: give extractors)",
+             np.array([r is None for r in records], dtype=bool))  # fmt: skip
     columns = {}
     for spec in specs:
         if extractors is None:
@@ -162,7 +163,7 @@ def rows_as_batches(
             for failure, mask in failures:
                 flag(f"{spec.name}: extractor raised {failure}", mask)
         if any(issubclass(kind, np.generic) for kind in set(map(type, values))):  # numpy's scalars, as Python's
-            values = [v.item() if isinstance(v, np.generic) else v for v in values]
+            values = [v.item() if isinstance(v, _NUMPY_PLAIN) else v for v in values]  # dates stay: dead rows
         for problem, mask in _problems(values, identity_types.get(spec.name)):
             flag(f"{spec.name}: {problem}", mask)
         columns[spec.name] = values

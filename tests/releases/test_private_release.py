@@ -68,6 +68,13 @@ def test_every_sensitivity_is_derived_from_the_unit(data, tmp_path):
         (lambda: Quantiles("amount", 5, 5, [0.5]), "lower must be below upper"),
         (lambda: Halfspace(["a", "a"], "y"), "distinct"),
         (lambda: Synthesis({"a": 2}, method="blr"), "rows is required"),
+        (lambda: Synthesis({"a": 2}, method="blr", rows=5, degree=2), "degree and rounds are for aim and mwem"),
+        (lambda: Synthesis({"ab": 2}, columns="ab"), "list of column names"),
+        (lambda: Halfspace("ab", "y"), "list of column names"),
+        (lambda: Halfspace(["a"], "y", weights=[0, 1], candidates=[[1]]), "not both"),
+        (lambda: Select("item", shard_size=10), "keys found in the data have their own"),
+        (lambda: Quantiles("amount", 0, 1, [0.5, 0.5000001]), "two would be released under one name"),
+        (lambda: Quantiles("amount", 0, 1, "0.5"), "list of numbers"),
     ],
 )
 def test_a_bad_declaration_is_refused_when_made(make, message):
@@ -90,6 +97,16 @@ def test_a_bad_declaration_is_refused_when_made(make, message):
         ({"dead_letter": "{data}"}, "dead_letter is one of the input files"),
         ({"query": Select("user", candidates=range(3))}, "also a column the release reads"),
         ({"source": "{tmp}/nothing-*.parquet"}, "nothing-"),
+        ({"budget": Budget(1.0, delta=1e-6)}, "pure epsilon-DP: the budget's delta would not be spent"),
+        ({"query": Quantiles("amount", 0, 100, [0.5]), "unit": PrivacyUnit("user", 4, max_keys=2)}, "do nothing"),
+        (
+            {"query": Synthesis({"item": 20}, method="mwem"), "output": "s.csv", "budget": Budget(1.0, delta=1e-9)},
+            "pure epsilon-DP",
+        ),
+        ({"output": "r.manifest.json"}, "the name a table's manifest takes"),
+        ({"output": "x" * 201 + ".csv"}, "file name is over 200 bytes"),
+        ({"source": "{tmp}/in.manifest.json", "output": "{tmp}/in.csv"}, "the output's manifest is one of the input"),
+        ({"source": Rows(lambda p: int("alice@example.com")), "budget": Budget(1.0)}, "read failed"),
     ],
 )
 def test_what_public_information_dooms_is_refused_before_the_charge(data, tmp_path, changes, message):
@@ -97,12 +114,16 @@ def test_what_public_information_dooms_is_refused_before_the_charge(data, tmp_pa
     ledger = tmp_path / "ledger.json"
     Ledger(str(ledger)).init("d", epsilon=5.0)
     before = ledger.read_bytes()
+    write(pa.table({"user": [1], "item": [1]}), tmp_path / "in.manifest.json", "csv")
     paths = {"out": tmp_path / "out", "data": data, "tmp": tmp_path}
     changes = {k: v.format(**paths) if isinstance(v, str) else v for k, v in changes.items()}
     if "output" in changes and "/" not in changes["output"]:
         changes["output"] = str(tmp_path / "out" / changes["output"])
-    with pytest.raises(Exception, match=message):
-        declared(data, tmp_path, budget=Budget(1.0, ledger=str(ledger), dataset_id="d"), **changes)
+    budget = changes.pop("budget", Budget(1.0))
+    budget = Budget(budget.epsilon, budget.delta, ledger=str(ledger), dataset_id="d")
+    with pytest.raises(Exception, match=message) as refused:
+        declared(data, tmp_path, budget=budget, **changes).run()
+    assert "alice" not in str(refused.value)
     assert ledger.read_bytes() == before and not (tmp_path / "out").exists()
 
 
@@ -172,3 +193,25 @@ def test_a_job_that_fails_after_the_charge_keeps_it_and_says_so(tmp_path):
         release.run()
     (record,) = Ledger(str(ledger)).dataset("d")["releases"]
     assert record["status"] == "failed"
+
+
+def test_numpy_numbers_in_a_declaration_are_read_as_the_plain_numbers_they_are(data, tmp_path):
+    """np.int64 and np.float64 where ints and floats are declared: stated as Python's, the same bytes."""
+    plain = declared(data, tmp_path, query=Quantiles("amount", 0, 100, [0.5]), output=str(tmp_path / "a.json"))
+    typed = declared(data, tmp_path, query=Quantiles("amount", np.int64(0), np.float64(100), [np.float64(0.5)]),
+                     unit=PrivacyUnit("user", max_rows=np.int64(4)), output=str(tmp_path / "b.json"))  # fmt: skip
+    assert typed.fields == plain.fields and json.dumps(typed.fields)
+    plain.run(), typed.run()
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_a_table_beside_another_releases_manifest_is_refused(data, tmp_path):
+    declared(data, tmp_path, output=str(tmp_path / "out" / "r.csv")).run()
+    with pytest.raises(ValueError, match=r"r\.csv is beside the output"):
+        declared(data, tmp_path, query=Quantiles("amount", 0, 100, [0.5]), output=str(tmp_path / "out" / "r.parquet"))
+
+
+def test_quantiles_tables_hold_the_quantiles_as_declared(data, tmp_path):
+    out = tmp_path / "q.parquet"
+    declared(data, tmp_path, query=Quantiles("amount", 0, 100, [0.123456789, 0.9]), output=str(out)).run()
+    assert pq.read_table(out).column("quantile").to_pylist() == [0.123456789, 0.9]

@@ -267,24 +267,32 @@ def test_elements_it_cannot_read_are_refused_when_the_graph_is_built(elements):
         _ = created | RowsToBatches(schema=[ColumnSpec("item", "int")])
 
 
-def test_elements_it_cannot_read_stop_the_job_when_their_type_is_unknown_until_run(tmp_path):
-    """Where the element type is not known when the graph is built (Any), the first tuple stops the job, and nothing
-    is released."""
-    pipeline = beam.Pipeline()
-    _ = (
-        (
+def test_an_element_it_cannot_read_is_a_dead_row_when_its_type_is_unknown_until_run(tmp_path):
+    """Where the element type is not known when the graph is built (Any), a tuple among the dicts is a dead row, as
+    None is: the job runs to the same release with or without it (one person's element does not stop it), and the
+    dead letter says why without its value."""
+
+    def release(elements: list, name: str) -> list:
+        pipeline = beam.Pipeline()
+        checked = (
             pipeline
-            | beam.Create([{"item": 3, "user": 1}] * 3)
-            | beam.Map(lambda row: (row["user"], row)).with_output_types(typehints.Any)  # (key, value) pairs
+            | beam.Create(elements).with_output_types(typehints.Any)
             | RowsToBatches(schema=[ColumnSpec("item", "int")])
-        ).good
-        | PredicateCounts(CategoryCounts("item", range(10)))
-        | PrivateSelect(epsilon=1.0, sensitivity=1, num_candidates=10, seed=1)
-        | beam.Map(lambda s: (tmp_path / "release.json").write_text(json.dumps(s)))
-    )
-    with pytest.raises(Exception, match="not tuple"):
+        )
+        _ = checked.dead | WriteDeadLetter(str(tmp_path / f"{name}.csv"), ["item"])
+        _ = (
+            checked.good
+            | PredicateCounts(CategoryCounts("item", range(10)))
+            | PrivateSelect(epsilon=1.0, sensitivity=1, num_candidates=10, seed=1)
+            | beam.Map(lambda s: (tmp_path / f"{name}.json").write_text(json.dumps(s)))
+        )
         pipeline.run().wait_until_finish()
-    assert not (tmp_path / "release.json").exists()
+        return json.loads((tmp_path / f"{name}.json").read_text())
+
+    rows = [{"item": 3}] * 3
+    assert release(rows + [(7, {"item": 3})], "with") == release(rows, "without")
+    dead = (tmp_path / "with.csv").read_text()
+    assert "not a row (not a dict, beam.Row or NamedTuple: give extractors)" in dead and "7" not in dead.split("\n")[1]
 
 
 EQUIVALENT_SPECS = [ColumnSpec("item", ColumnKind.INT, domain=(0, 10)), ColumnSpec("user", ColumnKind.ANY),
