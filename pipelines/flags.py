@@ -7,7 +7,8 @@ import sys
 from typing import NoReturn
 
 from beam_expmech.io import readers
-from beam_expmech.releases import runners
+from beam_expmech.releases import Budget, Files, PrivacyUnit, PrivateRelease, runners
+from beam_expmech.releases.private_release import Query
 from pipelines.console import LOG_LEVELS, USAGE_ERROR
 
 
@@ -89,3 +90,12 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger, whose total budget this run spends")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; read no data, spend nothing")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
+
+
+def declared_release(args: argparse.Namespace, query: Query, *, delta: float = 0.0,
+                     max_keys: int | None = None) -> PrivateRelease:  # fmt: skip
+    """The release the shared flags (input, privacy unit, budget, output, dead letter) declare around ``query``."""
+    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
+                          unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit, max_keys),
+                          budget=Budget(args.epsilon, delta, args.budget_ledger, args.dataset_id),
+                          dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip

@@ -20,7 +20,7 @@ import sys
 
 from beam_expmech import halfspaces
 from beam_expmech.io import readers
-from beam_expmech.releases import Budget, Files, Halfspace, PrivacyUnit, PrivateRelease
+from beam_expmech.releases import Halfspace, PrivateRelease
 from pipelines import console, flags
 
 
@@ -69,10 +69,7 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
     weights = None if args.weights is None else [w for w in args.weights.split(",") if w.strip()]
     query = Halfspace([f.strip() for f in args.features.split(",") if f.strip()], args.label, weights=weights,
                       candidates=candidate_rows(args), max_candidates=args.max_candidates)  # fmt: skip
-    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
-                          unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit),
-                          budget=Budget(args.epsilon, 0.0, args.budget_ledger, args.dataset_id),
-                          dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip
+    return flags.declared_release(args, query)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from beam_expmech.releases import Budget, Files, PrivacyUnit, PrivateRelease, Quantiles
+from beam_expmech.releases import PrivateRelease, Quantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
 from pipelines import console, flags
 
@@ -65,10 +65,7 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
     """The release the flags declare."""
     query = Quantiles(args.column, args.lower, args.upper, parse_quantiles(args.quantiles), bins=args.bins,
                       method=args.method)  # fmt: skip
-    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
-                          unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit),
-                          budget=Budget(args.epsilon, 0.0, args.budget_ledger, args.dataset_id),
-                          dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip
+    return flags.declared_release(args, query)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ import sys
 from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.errors import InputError, first_line
-from beam_expmech.releases import Budget, Files, PrivacyUnit, PrivateRelease, Select
+from beam_expmech.releases import PrivateRelease, Select
 from beam_expmech.releases.queries import PUBLIC_MECHANISMS
 from beam_expmech.transforms.counts import DEFAULT_SHARD_SIZE
 from beam_expmech.transforms.keys import MECHANISMS as KEY_MECHANISMS
@@ -115,10 +115,7 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
     """The release the flags declare."""
     query = Select(args.column, candidates=candidates(args), k=args.top_k, mechanism=args.mechanism,
                    shard_size=args.shard_size)  # fmt: skip
-    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
-                          unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit, args.max_keys_per_unit),
-                          budget=Budget(args.epsilon, args.delta or 0.0, args.budget_ledger, args.dataset_id),
-                          dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip
+    return flags.declared_release(args, query, delta=args.delta or 0.0, max_keys=args.max_keys_per_unit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ import argparse
 import sys
 
 from beam_expmech.io.release_files import manifest_path
-from beam_expmech.releases import Budget, Files, PrivacyUnit, PrivateRelease, Synthesis
+from beam_expmech.releases import PrivateRelease, Synthesis
 from beam_expmech.releases.domains import read_domain
 from pipelines import console, flags
 
@@ -104,10 +104,7 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
     if args.method != "aim" and args.delta is not None:
         raise ValueError(f"--delta is for aim: {args.method} is pure epsilon-DP")
     delta = (AIM_DELTA if args.delta is None else args.delta) if args.method == "aim" else 0.0
-    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
-                          unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit),
-                          budget=Budget(args.epsilon, delta, args.budget_ledger, args.dataset_id),
-                          dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip
+    return flags.declared_release(args, query, delta=delta)
 
 
 def main(argv: list[str] | None = None) -> int:
