@@ -333,7 +333,7 @@ class Halfspace:
     def candidate_matrix(self) -> halfspaces.Candidates:
         """The public candidates, with their weights read exactly as written."""
         if self.candidates is None:
-            weights = [halfspaces.exact_weight(w) for w in (self.weights or DEFAULT_WEIGHTS)]
+            weights = [halfspaces.exact_weight(w) for w in (DEFAULT_WEIGHTS if self.weights is None else self.weights)]
             return halfspaces.weight_grid(weights, len(self.features), max_candidates=self.max_candidates,
                                           name="weights")  # fmt: skip
         return halfspaces.check_candidates(self.candidates, len(self.features), max_candidates=self.max_candidates)
