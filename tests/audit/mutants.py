@@ -80,16 +80,16 @@ MUTANTS = [
     ),
     Mutant(
         "select's sensitivity off by one (K - 1)",
-        "pipelines/select.py",
-        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution,",
-        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution - 1,",
+        "beam_expmech/releases/queries.py",
+        "sensitivity=unit.rows * family.contribution,",
+        "sensitivity=unit.rows * family.contribution - 1,",
         (SHIPPED_SELECT,),
     ),
     Mutant(
         "select's sensitivity halved",
-        "pipelines/select.py",
-        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution,",
-        "sensitivity=rows_per_unit(args.max_rows_per_unit) * family.contribution / 2,",
+        "beam_expmech/releases/queries.py",
+        "sensitivity=unit.rows * family.contribution,",
+        "sensitivity=unit.rows * family.contribution / 2,",
         (SHIPPED_SELECT,),
     ),
     Mutant(
@@ -115,9 +115,9 @@ MUTANTS = [
     ),
     Mutant(
         "learn's sensitivity ignores the K rows per unit",
-        "pipelines/learn.py",
-        "max_rows=rows_per_unit(args.max_rows_per_unit),",
-        "max_rows=1,",
+        "beam_expmech/releases/queries.py",
+        "candidates=self.candidate_matrix(), max_rows=unit.rows,",
+        "candidates=self.candidate_matrix(), max_rows=1,",
         (f"{LEARN}::test_learn_pmf_on_neighbouring_histograms[integer-grid]",),
     ),
     Mutant(
@@ -151,9 +151,9 @@ MUTANTS = [
     ),
     Mutant(
         "quantiles' sensitivity ignores the K rows per unit",
-        "pipelines/quantiles.py",
-        "max_rows=rows_per_unit(args.max_rows_per_unit),",
-        "max_rows=1,",
+        "beam_expmech/releases/queries.py",
+        "method=self.method, max_rows=unit.rows, seed=seed)",
+        "method=self.method, max_rows=1, seed=seed)",
         (f"{QUANTILES}::test_release_step_follows_the_ideal_pmf[independent-grid0-histogram0]",),
     ),
     Mutant(
@@ -230,14 +230,14 @@ MUTANTS = [
     ),
     Mutant(
         "a run warns when rows were rejected (issue 34, item 2: the line tells of one person's bad row)",
-        "pipelines/job.py",
+        "beam_expmech/releases/passes.py",
         COUNTS_LINE,
         COUNTS_LINE + '\n    if counts["dead_letter_rows"]:\n        _LOG.warning("rows were rejected")',
         (f"{LOGS}::test_what_a_run_prints_at_info_is_the_same_on_neighbouring_data",),
     ),
     Mutant(
         "a run logs the rows it read at INFO (issue 34, item 2: an exact count beside a noisy one)",
-        "pipelines/job.py",
+        "beam_expmech/releases/passes.py",
         COUNTS_LINE,
         '    _LOG.info("read %d rows; %d rejected%s", counts["rows_read"], counts["dead_letter_rows"], clamps)',
         (f"{LOGS}::test_what_a_run_prints_at_info_is_the_same_on_neighbouring_data",),
@@ -274,14 +274,12 @@ MUTANTS = [
     ),
     Mutant(
         "rows of no candidate spend a unit's K rows (compact_rows after bounding, not before)",
-        "pipelines/job.py",
+        "beam_expmech/releases/passes.py",
         "        return beam.Map(self.family.compact_rows) | BoundContributions(\n"
-        "            args.privacy_unit, args.max_rows_per_unit, seed=args.seed, "
-        "shards=shards(self.files), keep_unit=False\n"
+        "            unit.column, unit.max_rows, seed=reading.seed, shards=shards(reading.files), keep_unit=False\n"
         "        )",
         "        return BoundContributions(\n"
-        "            args.privacy_unit, args.max_rows_per_unit, seed=args.seed, "
-        "shards=shards(self.files), keep_unit=False\n"
+        "            unit.column, unit.max_rows, seed=reading.seed, shards=shards(reading.files), keep_unit=False\n"
         "        ) | beam.Map(self.family.compact_rows)",
         (f"{INPUT}[outside_candidates]",),
     ),
@@ -558,9 +556,9 @@ MUTANTS = [
     ),
     Mutant(
         "synthesize: private bin edges drawn as if each unit held one row (review 5, finding 2)",
-        "pipelines/synthesize.py",
-        "max_rows=max_rows, seed=args.seed)",
-        "max_rows=1, seed=args.seed)",
+        "beam_expmech/releases/synthesis.py",
+        "max_rows=self.unit.rows, seed=self.seed)",
+        "max_rows=1, seed=self.seed)",
         ("tests/pipelines/test_synthesize.py::test_private_edges_with_a_unit_are_the_quantiles_of_k_rows_a_unit",),
     ),
 ]

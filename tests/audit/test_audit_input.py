@@ -1,5 +1,5 @@
-"""Audit of reading, validation and bounding as the command line runs them (pipelines.select's graph,
-from the files to the summed counts its mechanism is given).
+"""Audit of reading, validation and bounding as the declared selection runs them (the release pipelines.select
+declares from its command line: its own data pass, from the files to the summed counts its mechanism is given).
 
 Every privacy unit has a candidate of its own (item u for unit u), so the counts are the rows each
 unit kept: they must be exactly min(K, the unit's rows that pass validation). One more, and the
@@ -13,16 +13,18 @@ it. A unit column of several Avro types, read as text, is refused before any bud
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import fastavro
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from release_passes import run_pass
 
 from beam_expmech.io.errors import InputError
 from beam_expmech.transforms import GatherCounts
-from pipelines import job, select
-from pipelines.flags import unit_specs
+from pipelines import select
 
 K = 2
 ITEMS = 8
@@ -33,17 +35,19 @@ FLAGS = ["--column", "item", "--candidate-range", f"0:{ITEMS}", "--privacy-unit"
 REJECTED = "not an item"
 
 
+def declared(source: str, output: str):
+    """The release pipelines.select declares from its command line over the files ``source`` names (declaring it
+    checks them, as the command line does before any budget)."""
+    args, _ = select.parse_args(["--input", source, *FLAGS, "--output", output])
+    select.check_flags(args)
+    return select.declared(args)
+
+
 def select_counts(source: str, out) -> np.ndarray:
-    """The summed counts pipelines.select's graph computes from the files ``source`` names, checked as
-    its command line checks them (its Write step captures them)."""
-    args, beam_args = select.parse_args(["--input", source, *FLAGS, "--output", f"{out}.json"])
-    family, spec = select.candidate_family(args)
-    specs = [spec, *unit_specs(args)]
+    """The summed counts the declared selection's own data pass computes from the files ``source`` names (its
+    final step swapped for a capture)."""
     captured = f"{out}.npy"
-    job.counting_pipeline(
-        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, GatherCounts()),
-        lambda counts: np.save(captured, counts),
-    ).run().wait_until_finish()  # fmt: skip
+    run_pass(declared(source, f"{out}.json"), GatherCounts(), lambda counts: np.save(captured, counts))
     return np.load(captured)
 
 
@@ -118,8 +122,7 @@ def test_each_unit_counts_min_k_of_its_valid_rows(audit, name, inputs, tmp_path)
 
 
 def check_input(source: str) -> None:
-    args, _ = select.parse_args(["--input", source, *FLAGS, "--output", "x.json"])
-    job.check_input(args, [select.candidate_family(args)[1], *unit_specs(args)])
+    declared(source, str(Path(source).parent / "x.json"))
 
 
 def test_files_that_type_the_unit_column_differently_are_refused_before_any_budget(tmp_path):

@@ -16,6 +16,7 @@ from fractions import Fraction
 import gmpy2
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from privacy_loss import hockey_stick, record_sampler, unit_contributions
 from references import (
@@ -159,19 +160,23 @@ def test_partition_selection_sampler_follows_its_rule(audit, rule_name, max_keys
                    partition_selection_pmf(units, rule.probability))  # fmt: skip
 
 
-# --- the command line's step over keys found in the data, as pipelines.select builds it ------------
+# --- keys found in the data: the final step of the release pipelines.select declares -------------
 
 
-def command_line_steps(mechanism: str, k: int, max_rows: int, max_keys: int, seeds: range):
-    """The step pipelines.select builds from these flags, under each test seed (the flags parsed once)."""
-    args, _ = select.parse_args(["--input", "x", "--column", "query", "--epsilon", str(EPSILON), "--delta", str(DELTA),
-                                 "--top-k", str(k), "--privacy-unit", "user", "--max-rows-per-unit", str(max_rows),
-                                 "--max-keys-per-unit", str(max_keys), "--mechanism", mechanism, "--seed", "0",
-                                 "--output", "x.json"])  # fmt: skip
+def command_line_steps(tmp_path, mechanism: str, k: int, max_rows: int, max_keys: int, seeds: range):
+    """The final step of the release pipelines.select declares from these flags (``Select(column, None, ...)
+    .final_step(unit, budget, seed)``), under each test seed (the flags parsed and declared once)."""
+    pq.write_table(pa.table({"user": [0], "query": ["k0"]}), tmp_path / "x.parquet")
+    args, _ = select.parse_args(["--input", str(tmp_path / "x.parquet"), "--column", "query", "--epsilon",
+                                 str(EPSILON), "--delta", str(DELTA), "--top-k", str(k), "--privacy-unit", "user",
+                                 "--max-rows-per-unit", str(max_rows), "--max-keys-per-unit", str(max_keys),
+                                 "--mechanism", mechanism, "--seed", "0",
+                                 "--output", str(tmp_path / "x.json")])  # fmt: skip
     select.check_flags(args)
+    release = select.declared(args)
+    assert release.query.candidates is None and release.unit.keys == max_keys
     for seed in seeds:
-        args.seed = seed
-        yield select.key_selection(args)
+        yield release.query.final_step(release.unit, release.budget, seed)
 
 
 def shards_of(rows, units, shards: int) -> list[tuple[int, pa.Table]]:
@@ -224,12 +229,12 @@ def second_stage_spends(monkeypatch, mechanism: str) -> list[float]:
 
 @pytest.mark.parametrize("mechanism,k,max_rows,max_keys,shards,data", SHIPPED)
 def test_the_command_lines_key_selection_follows_its_definition(
-    audit, monkeypatch, mechanism, k, max_rows, max_keys, shards, data
+    audit, tmp_path, monkeypatch, mechanism, k, max_rows, max_keys, shards, data
 ):
     rows, units = data
     spent = second_stage_spends(monkeypatch, mechanism) if mechanism in KEYS_FIRST else []
     draws, counts = [], shards_of(rows, units, shards)
-    for step in command_line_steps(mechanism, k, max_rows, max_keys, range(2_000)):
+    for step in command_line_steps(tmp_path, mechanism, k, max_rows, max_keys, range(2_000)):
         draws.append(tuple(int(key[1:]) for key in step.release(counts)))
     if mechanism == "limited-domain":
         pmf = limited_domain_pmf(rows, k, k, EPSILON, DELTA, max_rows, max_keys)

@@ -1,11 +1,12 @@
-"""Audit of ``pipelines.learn``: the pattern counts its own graph computes, scored and released by its final step.
+"""Audit of the declared halfspace (``Halfspace``, as ``pipelines.learn`` declares it from its flags and
+``PrivateRelease`` runs it): the pattern counts its own data pass computes, scored and released by its final step.
 
 For an integer grid and for fractional weights (read as written: 0.1 is 1/10), on tiny datasets
-counted by the pipeline's graph (read, validate, bound, count):
-1. exact: the pmf of the final step's mechanism over the pipeline's fit counts, for the dataset's
-   pattern histogram and every histogram one privacy unit away, stays within epsilon;
-2. the final step (``learn.final_step``: the transform its graph applies), drawn many times seeded,
-   against the ideal mechanism: exp(epsilon * q / K), q the records a candidate fits counted row
+counted by the release's own pass (``Prepared.job``: read, validate, bound, count):
+1. exact: the pmf of the final step's mechanism over the release's fit counts, for the dataset's
+   pattern histogram and every histogram one privacy unit away, stays within the epsilon it charges;
+2. the final step (``Halfspace.final_step(unit, budget, seed)``: the transform its graph applies), drawn many
+   times seeded, against the ideal mechanism: exp(epsilon * q / K), q the records a candidate fits counted row
    by row in rationals (chi-square);
 3. black box: the same draws on two neighbouring datasets, with Clopper-Pearson bounds on the log
    ratio of every output (as ``test_audit_pipeline`` does for select).
@@ -18,7 +19,7 @@ of 20 records): checks 1 and 3 fail on it.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import itertools
 from collections import Counter
 from fractions import Fraction
@@ -29,13 +30,13 @@ import pyarrow.parquet as pq
 import pytest
 from audit_log import LONG
 from privacy_loss import DRAWS, PrivacyLoss, histogram_neighbours, log_ratio_lower_bound, record_sampler
+from release_passes import run_pass
 from scipy.special import logsumexp
 
 from beam_expmech import halfspaces
-from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import selection_probabilities
 from beam_expmech.transforms import GatherCounts
-from pipelines import job, learn
+from pipelines import learn
 
 SAMPLER_DRAWS = 40_000 if LONG else 6_000
 INTEGER = ["--weights", "-1,0,1", "--privacy-unit", "user", "--max-rows-per-unit", "2", "--epsilon", "1"]
@@ -71,21 +72,18 @@ def parse(tmp_path, flags: list[str], num_features: int, data: str = "x.parquet"
 
 
 def pipeline_counts(tmp_path, name: str, rows: list[tuple], flags: list[str], users: list[int] | None = None):
-    """(args, candidates, the pattern counts the pipeline's graph computes for ``rows``); one user a row by default."""
+    """(args, the release the flags declare, its candidates, the pattern counts its own data pass computes for
+    ``rows``); one user a row by default."""
     num_features = len(rows[0]) - 1
     table = {f"f{j}": [int(r[j]) for r in rows] for j in range(num_features)}
     table["y"] = [int(r[-1]) for r in rows]
     table["user"] = list(range(len(rows))) if users is None else users
     pq.write_table(pa.table(table), tmp_path / f"{name}.parquet")
-    args, beam_args = parse(tmp_path, flags, num_features, f"{name}.parquet")
-    features = learn.feature_columns(args)
-    family, specs = learn.pattern_family(args, features)
+    args, _ = parse(tmp_path, flags, num_features, f"{name}.parquet")
+    release = learn.declared(args)
     captured = tmp_path / f"{name}.npy"
-    job.counting_pipeline(
-        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, GatherCounts()),
-        lambda counts: np.save(captured, counts),
-    ).run().wait_until_finish()  # fmt: skip
-    return args, learn.candidate_matrix(args, len(features)), np.load(captured)
+    run_pass(release, GatherCounts(), lambda counts: np.save(captured, counts))
+    return args, release, release.query.candidate_matrix(), np.load(captured)
 
 
 def ideal_pmf(weights: list[tuple[Fraction, ...]], rows: list[tuple], epsilon: float, sensitivity: int) -> dict:
@@ -104,14 +102,13 @@ def exact_candidates(flags: list[str], num_features: int) -> list[tuple[Fraction
     return [tuple(Fraction(w) for w in line.split(",")) for line in BOUNDARY_FILE]
 
 
-def draws(args, candidates, counts: np.ndarray, runs: int, *, sensitivity: int | None = None) -> list[tuple]:
-    """The released weights of ``runs`` seeded runs of the pipeline's final step on ``counts``."""
-    released = []
+def draws(release, counts: np.ndarray, runs: int, *, sensitivity: int | None = None) -> list[tuple]:
+    """The released weights of ``runs`` seeded runs of the release's final step on ``counts``."""
+    unit, released = release.unit, []
+    if sensitivity is not None:  # the bug the audit must catch: the step built as if K were ``sensitivity``
+        unit = dataclasses.replace(unit, max_rows=sensitivity)
     for seed in range(runs):
-        args.seed = seed
-        step = learn.final_step(args, candidates)
-        if sensitivity is not None:  # the bug the audit must catch: the step built as if K were ``sensitivity``
-            step = learn.final_step(argparse.Namespace(**{**vars(args), "max_rows_per_unit": sensitivity}), candidates)
+        step = release.query.final_step(unit, release.budget, seed)
         released.append(tuple(step.release(counts)))
     return released
 
@@ -119,8 +116,8 @@ def draws(args, candidates, counts: np.ndarray, runs: int, *, sensitivity: int |
 @pytest.mark.parametrize("case", CASES)
 def test_learn_pmf_on_neighbouring_histograms(audit, tmp_path, case):
     flags, rows = CASES[case]
-    args, candidates, counts = pipeline_counts(tmp_path, "d", rows, flags)
-    sensitivity = learn.final_step(args, candidates).sensitivity  # as the final step declares it
+    args, release, candidates, counts = pipeline_counts(tmp_path, "d", rows, flags)
+    sensitivity = release.query.final_step(release.unit, release.budget).sensitivity  # as the final step declares it
 
     def pmf(histogram):
         scores = halfspaces.fit_counts(np.asarray(histogram), candidates)
@@ -129,17 +126,17 @@ def test_learn_pmf_on_neighbouring_histograms(audit, tmp_path, case):
     loss, p = PrivacyLoss(), pmf(counts)
     for other in histogram_neighbours(counts, args.max_rows_per_unit or 1):  # a unit's rows, as the flags bound them
         loss.add(p, pmf(other))
-    claimed = Release.exponential_mechanism(args.epsilon, "learn")  # what pipelines.learn charges
+    claimed = release.cost  # what the release charges
     loss.report(audit, f"pipelines.learn ({case})", epsilon=claimed.epsilon, bounded_range=True, rho=claimed.rho)
 
 
 @pytest.mark.parametrize("case", ["integer-grid", "fractional-grid", "int64-weights"])
 def test_learn_final_step_against_the_ideal_mechanism(audit, tmp_path, case):
     flags, rows = CASES[case]
-    args, candidates, counts = pipeline_counts(tmp_path, "d", rows, flags)
-    # Rows are public here: the ideal mechanism is computed from them, not from the pipeline's counts.
+    args, release, _, counts = pipeline_counts(tmp_path, "d", rows, flags)
+    # Rows are public here: the ideal mechanism is computed from them, not from the release's counts.
     pmf = ideal_pmf(exact_candidates(flags, len(rows[0]) - 1), rows, args.epsilon, args.max_rows_per_unit or 1)
-    record_sampler(audit, f"pipelines.learn ({case})", draws(args, candidates, counts, SAMPLER_DRAWS), pmf)
+    record_sampler(audit, f"pipelines.learn ({case})", draws(release, counts, SAMPLER_DRAWS), pmf)
 
 
 def frequencies(released: list[tuple], outcomes: list[tuple]) -> np.ndarray:
@@ -164,8 +161,8 @@ def test_learn_on_neighbouring_datasets(audit, tmp_path, case, flags, d, d_prime
     users = [*range(len(d)), *[len(d)] * (len(d_prime) - len(d))]  # one user per row of D; D' adds one user
     runs = {}
     for name, rows in (("d", d), ("d_prime", d_prime)):
-        args, candidates, counts = pipeline_counts(tmp_path, name, rows, flags, users[: len(rows)])
-        runs[name] = (args, candidates, counts)
+        args, release, candidates, counts = pipeline_counts(tmp_path, name, rows, flags, users[: len(rows)])
+        runs[name] = (release, counts)
     outcomes = [tuple(candidates.weights(i)) for i in range(len(candidates))]
 
     def log_ratio(sensitivity=None):

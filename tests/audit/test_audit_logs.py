@@ -93,6 +93,6 @@ def test_what_a_run_prints_at_info_is_the_same_on_neighbouring_data(audit, tmp_p
 def test_at_debug_the_counts_are_there_and_labelled_non_private(tmp_path):
     write_data(tmp_path, RUNS["select"][1])
     _, stderr = run("select", tmp_path, False, "DEBUG")
-    assert f"DEBUG pipelines.job: non-private: read {ROWS + 1} rows; 1 rejected" in stderr
+    assert f"DEBUG beam_expmech.releases.passes: non-private: read {ROWS + 1} rows; 1 rejected" in stderr
     _, quiet = run("select", tmp_path, False, "WARNING")
     assert quiet == ""  # nothing at WARNING on a good run, rejected row or not

@@ -1,9 +1,11 @@
-"""Black-box audit of ``pipelines.select`` as it ships, in every configuration its command line allows.
+"""Black-box audit of the declared selection (``Select`` over public candidates, as ``PrivateRelease`` runs it and
+``pipelines.select`` declares it from its flags), in every configuration its command line allows.
 
-The counts come from the pipeline's own graph (read, validate, bound, count into candidate shards)
-on two neighbouring tiny datasets; the selection is then drawn many times, seeded, by the pipeline's
-own final step in one process (``PrivateSelect.select``: the shard top-k and the exact merge that its
-Beam ``expand`` runs), and mapped to labels as the pipeline does. Each configuration is checked
+The counts come from the release's own data pass (``Prepared.job``: read, validate, bound, count into candidate
+shards) on two neighbouring tiny datasets; the selection is then drawn many times, seeded, by the release's own
+final step (``Select.final_step(unit, budget, seed)``; ``PrivateSelect.select``: the shard top-k and the exact
+merge that its Beam ``expand`` runs) in one process, and mapped to labels as the release does. Each configuration
+is checked
 
 - against the exact pmf of the ideal mechanism on each dataset (k rounds of peeling for top-k,
   permute-and-flip's own pmf), by a seeded chi-square; and
@@ -26,12 +28,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from privacy_loss import DRAWS, PrivacyLoss, log_ratio_lower_bound, record_sampler, score_neighbours
+from release_passes import run_pass
 from sampling import assert_follows, peeling_pmf
 
 from beam_expmech.mechanisms import exponential_mechanism, permute_and_flip_probabilities
 from beam_expmech.mechanisms.randomness import stream_source
-from pipelines import job, select
-from pipelines.flags import unit_specs
+from beam_expmech.releases import Budget, PrivacyUnit, PrivateRelease, Select
+from beam_expmech.releases.declaration import EACH_ROW
+from pipelines import select
 
 LABELS = ("a", "b", "c", "d", "e", "f", "g")
 MAX_ROWS = 2  # K rows per user: sensitivity 2
@@ -53,43 +57,50 @@ def command_line(tmp_path, *, top_k: int, mechanism: str, labelled: bool, shard_
             "--seed", "0"]  # fmt: skip
 
 
-def pipeline_shards(tmp_path, name: str, users: list[int], items: list[int], flags: list[str], labelled: bool):
-    """The (candidate shard, counts) pairs the pipeline's graph hands its final step, for this data."""
+def declared(tmp_path, name: str, users: list[int], items: list[int], flags: list[str], labelled: bool):
+    """The release ``pipelines.select`` declares from ``flags`` over this data (written to NAME.parquet)."""
     path = tmp_path / f"{name}.parquet"
     column = [LABELS[i] for i in items] if labelled else items
     pq.write_table(pa.table({"user": users, "item": column}), path)
-    args, beam_args = select.parse_args(["--input", str(path), *flags, "--output", str(tmp_path / f"{name}.json")])
-    family, spec = select.candidate_family(args)
-    specs = [spec, *unit_specs(args)]
+    args, _ = select.parse_args(["--input", str(path), *flags, "--output", str(tmp_path / f"{name}.json")])
+    select.check_flags(args)
+    return select.declared(args)
+
+
+def release_shards(tmp_path, name: str, release: PrivateRelease) -> list:
+    """The (candidate shard, counts) pairs the release's own data pass hands its final step."""
     captured = tmp_path / f"{name}.pickle"
-    job.counting_pipeline(
-        args, beam_args,
-        job.CountingJob(job.check_input(args, specs), specs, family, beam.combiners.ToList(), args.shard_size),
-        lambda shards: captured.write_bytes(pickle.dumps(sorted(shards, key=lambda kv: kv[0]))),
-    ).run().wait_until_finish()  # fmt: skip
+    run_pass(release, beam.combiners.ToList(),
+             lambda shards: captured.write_bytes(pickle.dumps(sorted(shards, key=lambda kv: kv[0]))))  # fmt: skip
     return pickle.loads(captured.read_bytes())
 
 
-def released(args, family, shards, *, sensitivity: float | None = None) -> list[tuple]:
-    """The labels the pipeline's final step releases over DRAWS seeded runs."""
-    outcomes = []
+def pipeline_shards(tmp_path, name: str, users: list[int], items: list[int], flags: list[str], labelled: bool):
+    """(the declared release, the shards its pass computes for this data)."""
+    release = declared(tmp_path, name, users, items, flags, labelled)
+    return release, release_shards(tmp_path, name, release)
+
+
+def released(release, shards, *, sensitivity: float | None = None) -> list[tuple]:
+    """The labels the release's final step releases over DRAWS seeded runs."""
+    query, family, outcomes = release.query, release.query.family(), []
     for seed in range(DRAWS):
-        args.seed = seed
-        step = select.selection(args, family)
+        step = query.final_step(release.unit, release.budget, seed)
         if sensitivity is not None:
             step.sensitivity = sensitivity  # a planted bug the audit must catch
         outcomes.append(tuple(family.labels(step.select(shards))))
     return outcomes
 
 
-def ideal_pmf(args, family, counts: np.ndarray) -> dict:
+def ideal_pmf(query: Select, budget: Budget, counts: np.ndarray) -> dict:
     """The ideal mechanism's law over released label tuples: peeling for the exponential mechanism."""
+    family = query.family()
     sensitivity = MAX_ROWS * family.contribution
-    if args.mechanism == "permute-and-flip":
-        p = permute_and_flip_probabilities(counts, epsilon=args.epsilon, sensitivity=sensitivity, monotonic=True)
+    if query.mechanism == "permute-and-flip":
+        p = permute_and_flip_probabilities(counts, epsilon=budget.epsilon, sensitivity=sensitivity, monotonic=True)
         pmf = {(i,): float(q) for i, q in enumerate(p)}
     else:
-        pmf = peeling_pmf(counts.astype(float), args.top_k, args.epsilon, sensitivity, monotonic=True)
+        pmf = peeling_pmf(counts.astype(float), query.k, budget.epsilon, sensitivity, monotonic=True)
     return {tuple(family.labels(list(outcome))): q for outcome, q in pmf.items()}
 
 
@@ -115,67 +126,66 @@ CONFIGURATIONS = [
 @pytest.mark.parametrize("top_k,mechanism,labelled,shard_size", CONFIGURATIONS)
 def test_select_as_shipped(audit, tmp_path, top_k, mechanism, labelled, shard_size):
     flags = command_line(tmp_path, top_k=top_k, mechanism=mechanism, labelled=labelled, shard_size=shard_size)
-    d = pipeline_shards(tmp_path, "d", D_USERS, D_ITEMS, flags, labelled)
-    d_prime = pipeline_shards(tmp_path, "d_prime", [*D_USERS, *[NEW_USER] * 3], [*D_ITEMS, *NEW_ITEMS], flags, labelled)
+    release, d = pipeline_shards(tmp_path, "d", D_USERS, D_ITEMS, flags, labelled)
+    _, d_prime = pipeline_shards(tmp_path, "d_prime", [*D_USERS, *[NEW_USER] * 3], [*D_ITEMS, *NEW_ITEMS], flags,
+                                 labelled)  # fmt: skip
     assert [s for s, _ in d] == list(range(math.ceil(len(LABELS) / shard_size)))
     assert np.concatenate([c for _, c in d]).tolist() == [6, 6, 0, 0, 0, 6, 6]
     assert np.concatenate([c for _, c in d_prime]).tolist() == [8, 6, 0, 0, 0, 6, 6]
 
-    args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json"])
-    family, _ = select.candidate_family(args)
+    query, budget = release.query, release.budget
+    assert (query.k, query.mechanism, query.shard_size, budget.epsilon) == (top_k, mechanism, shard_size, 2.0)
+    assert release.unit == PrivacyUnit("user", MAX_ROWS)
     subject = f"pipelines.select k={top_k} {mechanism}, {'labels' if labelled else 'ints'}, shards of {shard_size}"
     draws = {}
     for name, shards in (("D", d), ("D'", d_prime)):
-        draws[name] = released(args, family, shards)
-        pmf = ideal_pmf(args, family, np.concatenate([c for _, c in shards]))
+        draws[name] = released(release, shards)
+        pmf = ideal_pmf(query, budget, np.concatenate([c for _, c in shards]))
         p_value = assert_follows(draws[name], pmf)
         audit.check(subject, "released vs ideal pmf: -log10 p (chi-square)", cases=DRAWS,
                     worst=-math.log10(p_value), bound=6.0)  # fmt: skip
-    support = sorted(ideal_pmf(args, family, np.zeros(len(LABELS))))
+    support = sorted(ideal_pmf(query, budget, np.zeros(len(LABELS))))
     _, certain = log_ratio_lower_bound(hits(draws["D"], support), hits(draws["D'"], support))
     audit.check(subject, f"|ln P/P'|: 99.9% lower bound ({DRAWS:,} runs each)", cases=2 * DRAWS, worst=certain,
-                bound=args.epsilon)  # fmt: skip
+                bound=budget.epsilon)  # fmt: skip
 
 
 def test_the_black_box_check_catches_a_wrong_sensitivity(tmp_path):
     """A final step that ignored the bound of 2 rows per user shows a loss well above epsilon."""
     flags = command_line(tmp_path, top_k=1, mechanism="exponential", labelled=False, shard_size=3)
-    d = pipeline_shards(tmp_path, "d", D_USERS, D_ITEMS, flags, False)
-    d_prime = pipeline_shards(tmp_path, "d_prime", [*D_USERS, *[NEW_USER] * 3], [*D_ITEMS, *NEW_ITEMS], flags, False)
-    args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json"])
-    family, _ = select.candidate_family(args)
-    support = sorted(ideal_pmf(args, family, np.zeros(len(LABELS))))
-    wrong = [hits(released(args, family, shards, sensitivity=0.5), support) for shards in (d, d_prime)]
-    assert log_ratio_lower_bound(*wrong)[1] > args.epsilon
+    release, d = pipeline_shards(tmp_path, "d", D_USERS, D_ITEMS, flags, False)
+    _, d_prime = pipeline_shards(tmp_path, "d_prime", [*D_USERS, *[NEW_USER] * 3], [*D_ITEMS, *NEW_ITEMS], flags,
+                                 False)  # fmt: skip
+    support = sorted(ideal_pmf(release.query, release.budget, np.zeros(len(LABELS))))
+    wrong = [hits(released(release, shards, sensitivity=0.5), support) for shards in (d, d_prime)]
+    assert log_ratio_lower_bound(*wrong)[1] > release.budget.epsilon
 
 
 @pytest.mark.parametrize("top_k,mechanism", [(1, "exponential"), (2, "exponential"), (3, "exponential"),
                                              (1, "permute-and-flip")])  # fmt: skip
-def test_select_charges_what_its_mechanism_spends(audit, tmp_path, top_k, mechanism):
-    """The Release the command charges covers the ideal mechanism it runs (whose law the released draws
-    follow, above): epsilon-DP and, as charged, the Renyi bound of rho-zCDP, exactly on a score grid."""
-    flags = command_line(tmp_path, top_k=top_k, mechanism=mechanism, labelled=False, shard_size=3)
-    flags[flags.index("--candidate-range") + 1] = "0:3"  # three candidates: a pmf over every score grid point
-    args, _ = select.parse_args(["--input", "x", *flags, "--output", "x.json"])
-    family, _ = select.candidate_family(args)
-    cost, loss = select.selection(args, family).cost, PrivacyLoss()
+def test_select_charges_what_its_mechanism_spends(audit, top_k, mechanism):
+    """The Release the declared selection charges (``Prepared.cost``, what ``PrivateRelease`` charges) covers the
+    ideal mechanism it runs (whose law the released draws follow, above): epsilon-DP and, as charged, the Renyi
+    bound of rho-zCDP, exactly on a score grid."""
+    query = Select("item", range(3), k=top_k, mechanism=mechanism, shard_size=3)  # a pmf over every grid point
+    unit, budget = PrivacyUnit("user", MAX_ROWS), Budget(2)
+    cost, loss = query.prepare(unit, budget, 0).cost, PrivacyLoss()
     for counts in itertools.product((0, 3), repeat=3):
-        base = ideal_pmf(args, family, np.array(counts, dtype=float))
+        base = ideal_pmf(query, budget, np.array(counts, dtype=float))
         for other in score_neighbours(np.array(counts, dtype=float), MAX_ROWS, monotone=True):
-            loss.add(base, ideal_pmf(args, family, other))
+            loss.add(base, ideal_pmf(query, budget, other))
     loss.report(audit, f"pipelines.select k={top_k} {mechanism}: charge", epsilon=cost.epsilon, rho=cost.rho)
 
 
 def test_unseeded_selection_draws_fresh_os_randomness():
-    """Without --seed the final step's noise is the OS's: repeated runs on tied counts disagree, and the
+    """Without a seed the final step's noise is the OS's: repeated runs on tied counts disagree, and the
     release says its randomness was private."""
-    args, _ = select.parse_args(["--input", "x", "--column", "c", "--candidate-range", "0:7", "--epsilon", "1",
-                                 "--top-k", "2", "--shard-size", "3", "--output", "x.json"])  # fmt: skip
-    family, _ = select.candidate_family(args)
-    step = select.selection(args, family)
+    query, budget = Select("c", range(7), k=2, shard_size=3), Budget(1)
+    step = query.final_step(EACH_ROW, budget)
     shards = [(0, np.zeros(3, np.int64)), (1, np.zeros(3, np.int64)), (2, np.zeros(1, np.int64))]
     assert len({tuple(step.select(shards)) for _ in range(20)}) > 1  # 20 equal draws: p < 1e-35
     assert step.seed is None and stream_source(step.seed, 0).private and stream_source(step.seed, 1).private
+    assert query.prepare(EACH_ROW, budget).fields["private_randomness"] is True
 
 
 def test_scores_beyond_float_precision_are_sampled_exactly(audit):
@@ -220,17 +230,13 @@ def test_select_at_production_shard_sizes(audit, tmp_path):
     pq.write_table(pa.table({"item": items}), path)
     flags = ["--input", str(path), "--column", "item", "--candidate-range", f"0:{2 * shard}", "--epsilon", "2",
              "--top-k", "2", "--shard-size", str(shard), "--output", str(tmp_path / "d.json")]  # fmt: skip
-    args, beam_args = select.parse_args(flags)
-    family, spec = select.candidate_family(args)
-    captured = tmp_path / "shards.pickle"
-    job.counting_pipeline(
-        args, beam_args, job.CountingJob(job.check_input(args, [spec]), [spec], family, beam.combiners.ToList(), shard),
-        lambda shards: captured.write_bytes(pickle.dumps(sorted(shards, key=lambda kv: kv[0]))),
-    ).run().wait_until_finish()  # fmt: skip
-    shards = pickle.loads(captured.read_bytes())
+    args, _ = select.parse_args(flags)
+    release = select.declared(args)
+    assert release.prepared.job.shard_size == shard
+    shards = release_shards(tmp_path, "d", release)
     draws = []
     for seed in range(DRAWS // 2):
-        args.seed = seed
-        draws.append(tuple(c if c in heavy else "z" for c in select.selection(args, family).select(shards)))
-    pmf = lumped_peeling_pmf(heavy, 2 * shard - len(heavy), args.epsilon, args.top_k)
+        step = release.query.final_step(release.unit, release.budget, seed)
+        draws.append(tuple(c if c in heavy else "z" for c in step.select(shards)))
+    pmf = lumped_peeling_pmf(heavy, 2 * shard - len(heavy), release.budget.epsilon, release.query.k)
     record_sampler(audit, "pipelines.select k=2, 2 shards of 2^16", draws, pmf)

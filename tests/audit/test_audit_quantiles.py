@@ -1,15 +1,14 @@
 """Audit of the quantile mechanisms: one quantile (exponential mechanism with the bin width as
 base measure) and JointExp, by exact pmf over neighbouring histograms, then their samplers; then
-the final step of ``pipelines.quantiles`` as its command line composes it (``final_step``, both
-methods, several quantiles, K > 1 rows per unit, JointExp's regrouped grid): its draws against the
-ideal mechanism's pmf, written from the definition, and on neighbouring datasets counted by the
-pipeline's own graph, where a Clopper-Pearson bound on the ratio must stay below epsilon (and a step
-that ignores the bound of K rows must break it).
+the final step of the release ``pipelines.quantiles`` declares from its command line (``Quantiles.final_step(unit,
+budget, seed)``, both methods, several quantiles, K > 1 rows per unit, JointExp's regrouped grid): its draws
+against the ideal mechanism's pmf, written from the definition, and on neighbouring datasets counted by the
+release's own data pass (``Prepared.job``), where a Clopper-Pearson bound on the ratio must stay below epsilon
+(and a step that ignores the bound of K rows must break it).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 
@@ -19,16 +18,15 @@ import pyarrow.parquet as pq
 import pytest
 from privacy_loss import DRAWS, PrivacyLoss, histogram_neighbours, log_ratio_lower_bound, record_sampler
 from references import definition_pmf, reference_pmf
+from release_passes import run_pass
 
 from beam_expmech.accounting import Release
-from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.mechanisms.joint_quantiles import joint_probabilities, joint_problem, sample_bins
 from beam_expmech.mechanisms.quantile import private_quantile, quantile_probabilities
 from beam_expmech.mechanisms.randomness import random_source
-from beam_expmech.predicates import HistogramCounts
+from beam_expmech.releases.declaration import EACH_ROW
 from beam_expmech.transforms import GatherCounts
-from pipelines import job, quantiles
-from pipelines.flags import unit_specs
+from pipelines import quantiles
 
 
 @pytest.mark.parametrize("q,max_rows", [(0.5, 1), (0.2, 1), (0.9, 2)])
@@ -82,23 +80,35 @@ def test_joint_exp_sampler(audit, histogram, qs):
     record_sampler(audit, "JointExp", draws, joint_probabilities(np.array(histogram), edges, qs, epsilon=2.0))
 
 
-# --- the final step of pipelines.quantiles, as composed from its command line --------------------
+# --- the final step of the release pipelines.quantiles declares from its command line --------------
 
 
-def command_line(flags: list[str]):
-    """(args, the grid) of a real ``pipelines.quantiles`` command line, as ``main`` builds them."""
-    args, _ = quantiles.parse_args(["--input", "x.parquet", "--column", "x", *flags, "--output", "x.json"])
-    return args, HistogramCounts(args.column, args.lower, args.upper, args.bins)
+def declared(tmp_path, name: str, flags: list[str]):
+    """(args, the release) of a real ``pipelines.quantiles`` command line over NAME.parquet, as ``main`` declares
+    it (a row of it is written if the file is not there: the release checks its input when declared)."""
+    path = tmp_path / f"{name}.parquet"
+    if not path.exists():
+        pq.write_table(pa.table({"user": [0], "x": [0.0]}), path)
+    args, _ = quantiles.parse_args(["--input", str(path), "--column", "x", *flags,
+                                    "--output", str(tmp_path / f"{name}.json")])  # fmt: skip
+    return args, quantiles.declared(args)
 
 
-def released_bins(args, family, histogram, seeds, edges, *, step=None) -> list[tuple]:
-    """The bins (of ``edges``) of the values the final step releases, in quantile order, one run per seed."""
-    final = (step or quantiles.final_step)(args, family)  # built (and rehearsed) once; each run only reseeds it
+def command_line(tmp_path, flags: list[str]):
+    """(args, the release, the grid its data pass counts on) of a real ``pipelines.quantiles`` command line."""
+    args, release = declared(tmp_path, "x", flags)
+    return args, release, release.prepared.job.family
+
+
+def released_bins(release, histogram, seeds, edges, *, unit=None) -> list[tuple]:
+    """The bins (of ``edges``) of the values the release's final step releases, in quantile order, one run per seed
+    (``unit``: in place of the declared one, a planted bug)."""
+    final = release.query.final_step(unit or release.unit, release.budget)  # built (and rehearsed) once; reseeded
     draws = []
     for seed in seeds:
         final.seed = seed
-        release = final.release(histogram)
-        values = [release[f"{q:g}"] for q in sorted(quantiles.parse_quantiles(args.quantiles))]
+        values = final.release(histogram)
+        values = [values[f"{q:g}"] for q in sorted(release.query.quantiles)]
         draws.append(tuple(int(b) for b in np.searchsorted(edges, values, side="right") - 1))
     return draws
 
@@ -131,32 +141,27 @@ def ideal_pmf(args, family, histogram) -> tuple[dict, np.ndarray]:
         ("joint", ["--bins", "2048", "--quantiles", "0.3"], {1001: 3, 1002: 2, 1005: 4, 1010: 1, 1013: 2}),
     ],
 )
-def test_release_step_follows_the_ideal_pmf(audit, method, grid, histogram):
-    args, family = command_line(["--lower", "0", "--upper", "12", *grid, "--epsilon", "1.5", "--method", method,
-                                 "--privacy-unit", "user", "--max-rows-per-unit", "2"])  # fmt: skip
+def test_release_step_follows_the_ideal_pmf(audit, tmp_path, method, grid, histogram):
+    args, release, family = command_line(tmp_path, ["--lower", "0", "--upper", "12", *grid, "--epsilon", "1.5",
+                                                    "--method", method, "--privacy-unit", "user",
+                                                    "--max-rows-per-unit", "2"])  # fmt: skip
     if isinstance(histogram, dict):
         counts = np.zeros(args.bins, dtype=np.int64)
         counts[list(histogram)] = list(histogram.values())
         histogram = counts
     histogram = np.asarray(histogram, dtype=np.int64)
     pmf, edges = ideal_pmf(args, family, histogram)
-    draws = released_bins(args, family, histogram, range(3000), edges)
+    draws = released_bins(release, histogram, range(3000), edges)
     record_sampler(audit, f"pipelines.quantiles --method {method}", draws, pmf)
 
 
 def graph_histogram(tmp_path, name: str, users: list[int], values: list[float], flags: list[str]) -> np.ndarray:
-    """The summed histogram that the pipeline's graph (read, validate, bound, count) computes for this data."""
-    path = tmp_path / f"{name}.parquet"
-    pq.write_table(pa.table({"user": users, "x": values}), path)
-    args, beam_args = quantiles.parse_args(["--input", str(path), "--column", "x", *flags,
-                                            "--output", str(tmp_path / f"{name}.json")])  # fmt: skip
-    family = HistogramCounts(args.column, args.lower, args.upper, args.bins)
-    specs = [ColumnSpec(args.column, "float"), *unit_specs(args)]
+    """The summed histogram that the release's own data pass (read, validate, bound, count) computes for this
+    data, declared by the command line."""
+    pq.write_table(pa.table({"user": users, "x": values}), tmp_path / f"{name}.parquet")
+    _, release = declared(tmp_path, name, flags)
     captured = tmp_path / f"{name}.npy"
-    job.counting_pipeline(
-        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, GatherCounts()),
-        lambda counts: np.save(captured, counts),
-    ).run().wait_until_finish()  # fmt: skip
+    run_pass(release, GatherCounts(), lambda counts: np.save(captured, counts))
     return np.load(captured)
 
 
@@ -166,7 +171,7 @@ def test_the_graph_places_values_on_edges_in_the_bins_their_edges_name(tmp_path)
     either side: its histogram must be the one the released edges define, [edges[i], edges[i + 1])."""
     lower, upper, bins = 0.1, 0.7, 30
     grid = ["--lower", str(lower), "--upper", str(upper), "--bins", str(bins), "--quantiles", "0.5", "--epsilon", "1"]
-    edges = command_line(grid)[1].edges
+    edges = command_line(tmp_path, grid)[2].edges
     values = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
     expected = np.bincount(np.clip(np.searchsorted(edges, values, side="right") - 1, 0, bins - 1), minlength=bins)
     naive = np.clip(((values - lower) * (bins / (upper - lower))).astype(np.int64), 0, bins - 1)
@@ -195,12 +200,12 @@ def outcome_counts(draws: list[tuple], outcomes: list[tuple]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("method", ["independent", "joint"])
-def test_release_step_on_neighbouring_datasets(audit, neighbouring_histograms, method):
-    args, family = command_line([*NEIGHBOURS, "--method", method])
+def test_release_step_on_neighbouring_datasets(audit, tmp_path, neighbouring_histograms, method):
+    args, release, family = command_line(tmp_path, [*NEIGHBOURS, "--method", method])
     outcomes = list(itertools.combinations_with_replacement(range(args.bins), 2))
 
-    def frequencies(step=None):
-        return [outcome_counts(released_bins(args, family, h, range(DRAWS), family.edges, step=step), outcomes)
+    def frequencies(unit=None):
+        return [outcome_counts(released_bins(release, h, range(DRAWS), family.edges, unit=unit), outcomes)
                 for h in neighbouring_histograms]  # fmt: skip
 
     observed, certain = log_ratio_lower_bound(*frequencies())
@@ -208,9 +213,5 @@ def test_release_step_on_neighbouring_datasets(audit, neighbouring_histograms, m
     audit.check(subject, f"observed max |ln P/P'| ({DRAWS:,} runs each)", cases=2 * DRAWS, worst=observed,
                 bound=args.epsilon)  # fmt: skip
     audit.check(subject, "its 99.9% Clopper-Pearson lower bound", cases=2 * DRAWS, worst=certain, bound=args.epsilon)
-
     # A final step that ignored the bound of 4 rows per user would lose 2.2 (independent), 1.8 (joint) here.
-    def ignoring_the_bound(args, family):
-        return quantiles.final_step(argparse.Namespace(**{**vars(args), "max_rows_per_unit": None}), family)
-
-    assert log_ratio_lower_bound(*frequencies(ignoring_the_bound))[1] > args.epsilon
+    assert log_ratio_lower_bound(*frequencies(EACH_ROW))[1] > args.epsilon

@@ -11,7 +11,6 @@ any move beyond the sensitivity would be a real bug.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import uuid
 
@@ -27,8 +26,8 @@ from beam_expmech import halfspaces
 from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.mechanisms.quantile import quantile_scores
 from beam_expmech.predicates import CategoryCounts, HistogramCounts, MarginalCounts, MarginalWorkload
+from beam_expmech.releases import PrivacyUnit, Rows, passes
 from beam_expmech.transforms import GatherCounts, ValidateBatches
-from pipelines import job
 
 ITEMS = 6
 OUTSIDE = 3  # item values beyond the candidates: select drops their rows before bounding (compact_rows)
@@ -72,20 +71,22 @@ def _keep(counts, key: str, name: str) -> None:
 
 
 def counts_on_beam(datasets: dict[str, list[pa.RecordBatch]], max_rows: int) -> dict:
-    """{(dataset, family): the summed counts}, by the pipelines' own bounding and counting (``CountingJob``:
-    each family's compact rows, bounded, then counted) on the in-process DirectRunner."""
+    """{(dataset, family): the summed counts}, by the releases' own bounding and counting (``passes.CountingJob``:
+    each family's compact rows, bounded, then counted, as a release's pass reads them) on the in-process
+    DirectRunner."""
     key = uuid.uuid4().hex
-    args = argparse.Namespace(privacy_unit="user", max_rows_per_unit=max_rows, seed=5)
+    # No files: bounding cuts the units into its default shards.
+    reading = passes.Reading(Rows(read=lambda pipeline: None), (), PrivacyUnit("user", max_rows), seed=5)
     with beam.Pipeline() as pipeline:
         for name, batches in datasets.items():
             created = validated(pipeline | f"Create {name}" >> beam.Create(batches), name)
             for family_name, (family, shard_size) in FAMILIES.items():
-                counting = job.CountingJob(("unlisted: the default shards",), (), family, None, shard_size)
+                counting = passes.CountingJob((), family, None, shard_size=shard_size)
                 label = f"{name} {family_name}"
                 _ = (
                     created
-                    | f"Bound {label}" >> counting.bounding(args)
-                    | f"Count {label}" >> counting.counting(args)
+                    | f"Bound {label}" >> counting.bounding(reading)
+                    | f"Count {label}" >> counting.counting(reading)
                     | f"Gather {label}" >> GatherCounts()
                     | f"Keep {label}" >> beam.Map(_keep, key, (name, family_name))
                 )

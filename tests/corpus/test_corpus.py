@@ -138,7 +138,8 @@ def test_a_privacy_unit_that_is_also_a_column_the_release_reads(pipeline, column
     out = tmp_path / ("out.json" if PIPELINES[pipeline][2] == "json" else "out.parquet")
     code, err, ledger = run(pipeline, str(corpus / "clean.csv"), corpus, out, capsys, caplog, "--privacy-unit", column)
     assert (
-        code == console.USAGE_ERROR and err == f"error: --privacy-unit {column!r} is also a column the release reads\n"
+        code == console.USAGE_ERROR
+        and err == f"error: the privacy unit {column!r} is also a column the release reads\n"
     )
     assert ledger.dataset("d")["releases"] == [] and not out.exists()
 

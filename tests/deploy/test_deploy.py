@@ -16,8 +16,9 @@ import pytest
 from beam_data import purchases, write
 from public_tables import DATA
 
+from beam_expmech.releases import JobFailedError
 from deploy.dataflow import metadata as template_metadata
-from pipelines import job, learn, quantiles, select, synthesize
+from pipelines import learn, quantiles, select, synthesize
 
 ROOT = Path(__file__).resolve().parents[2]
 NLTCS = DATA / "nltcs"
@@ -88,7 +89,7 @@ def test_every_pipeline_builds_its_graph_for_dataflow(tmp_path, monkeypatch, gcs
         raise Built
 
     monkeypatch.setattr(beam.Pipeline, "run", build_only)
-    with pytest.raises(job.JobFailedError) as stopped:  # how the pipeline reports any stop of its run
+    with pytest.raises(JobFailedError) as stopped:  # how the pipeline reports any stop of its run
         MODULES[pipeline].main([*flags, "--epsilon", "1", *dataflow])
     assert isinstance(stopped.value.__cause__, Built)
     runner, proto = graphs[0]

@@ -21,7 +21,8 @@ from beam_data import purchases, write
 from public_tables import DATA, csv_path
 
 from beam_expmech.ledger import Ledger
-from pipelines import console, learn, quantiles, runners, select, synthesize
+from beam_expmech.releases import runners
+from pipelines import console, learn, quantiles, select, synthesize
 from pipelines import ledger as ledger_cli
 
 distributed = pytest.importorskip("distributed")  # the test extra installs it
@@ -74,7 +75,7 @@ def select_with_a_privacy_unit_and_a_ledger(scheduler, tmp_path, caplog):
              "--seed", "7", "--budget-ledger", ledger, "--dataset-id", "shop"]  # fmt: skip
     for runner in ("direct", "dask"):  # the releases in a folder of their own, the dead letters outside it
         on = on_dask(scheduler) if runner == "dask" else []
-        with caplog.at_level(logging.DEBUG, logger="pipelines"):
+        with caplog.at_level(logging.DEBUG, logger="beam_expmech.releases"):
             run(select.main, [*flags, "--output", str(tmp_path / "out" / f"{runner}.json"),
                               "--dead-letter", str(tmp_path / f"{runner}.dead_letter.csv"), *on])  # fmt: skip
     assert read_json(tmp_path / "out" / "dask.json") == read_json(tmp_path / "out" / "direct.json")

@@ -104,6 +104,7 @@ def test_places_a_run_cannot_write_or_should_not_are_refused_before_the_charge(t
     published = tmp_path / "published"
     published.mkdir()
     (tmp_path / "else").mkdir()
+    (tmp_path / "folder.json").mkdir()  # a folder, whatever its name says
     (published / "latest.json").symlink_to(tmp_path / "else" / "latest.json")  # a link in a published folder
     refused = [
         ({"--output": str(published / "r.json"), "--dead-letter": f"file://{published}/dead.csv"}, "must lie outside"),
@@ -114,9 +115,10 @@ def test_places_a_run_cannot_write_or_should_not_are_refused_before_the_charge(t
         ({"--output": str(tmp_path / "r.json"), "--dead-letter": "s3://b/d.csv"}, "must be a local path or gs://"),
         ({"--output": str(tmp_path / "r.json"), "--dead-letter": "GS://b/d.csv"}, "must be a local path or gs://"),
         ({"--output": str(tmp_path / "r.json"), "--dead-letter": str(tmp_path / "else")}, "names a folder"),
-        ({"--output": str(tmp_path / "else")}, "names a folder"),
+        ({"--output": str(tmp_path / "folder.json")}, "output names a folder"),
+        ({"--output": str(tmp_path / "else")}, "output must end in .json, .csv or .parquet"),
         ({"--output": "/proc/nope/r.json"}, "cannot be written"),
-        ({"--privacy-unit": "", "--max-rows-per-unit": "5"}, "--privacy-unit is empty"),
+        ({"--privacy-unit": "", "--max-rows-per-unit": "5"}, "the privacy unit's column is empty"),
     ]  # fmt: skip
     for change, message in refused:
         assert_usage_error("pipelines.select", {**flags, **change}, message)
@@ -200,13 +202,17 @@ def test_a_run_never_writes_over_its_ledger_its_input_or_where_its_manifest_goes
     ledger, data = select_flags["--budget-ledger"], select_flags["--input"]
     (tmp_path / "out" / "s.manifest.json").mkdir(parents=True)
     refused = [
-        ("pipelines.select", {**select_flags, "--output": ledger}, "--output is --budget-ledger"),
-        ("pipelines.select", {**select_flags, "--dead-letter": ledger}, "--dead-letter is --budget-ledger"),
-        ("pipelines.select", {**select_flags, "--dead-letter": data}, "--dead-letter is one of the input files"),
-        ("pipelines.select", {**select_flags, "--output": data}, "--output is one of the input files"),
+        ("pipelines.select", {**select_flags, "--output": ledger}, "output is the budget's ledger"),
+        ("pipelines.select", {**select_flags, "--dead-letter": ledger}, "dead_letter is the budget's ledger"),
+        ("pipelines.select", {**select_flags, "--dead-letter": data}, "dead_letter is one of the input files"),
+        ("pipelines.select", {**select_flags, "--output": data}, "output is one of the input files"),
+        ("pipelines.select", {**select_flags, "--output": str(tmp_path / "out" / "s.csv")},
+         "the output's manifest names a folder"),  # a table's public fields go to s.manifest.json
         ("pipelines.synthesize", {**synthesize_flags, "--output": str(tmp_path / "out" / "s.parquet")},
-         "is a folder or the ledger"),
-        ("pipelines.synthesize", {**synthesize_flags, "--output": str(tmp_path / "s.avro")}, "must end in .parquet"),
+         "the output's manifest names a folder"),
+        # .avro is a table's format now (tests/pipelines/test_synthesize.py); a result's is not one
+        ("pipelines.synthesize", {**synthesize_flags, "--output": str(tmp_path / "s.json")},
+         "output must end in .parquet, .csv or .avro"),
     ]  # fmt: skip
     for module, change, message in refused:
         assert_usage_error(module, change, message)

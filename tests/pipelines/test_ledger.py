@@ -10,7 +10,8 @@ import pytest
 from beam_data import purchases, write
 
 from beam_expmech.ledger import Ledger, LedgerError
-from pipelines import console, job, select
+from beam_expmech.releases import queries
+from pipelines import console, select
 from pipelines import ledger as ledger_cli
 
 
@@ -25,7 +26,8 @@ def test_pipelines_reserve_before_reading_and_exit_3_when_spent(tmp_path, capsys
     capsys.readouterr()
     assert console.run_cli(select.main, args) == 3
     assert "dataset 'shop': 0.5 of its epsilon=1.5" in capsys.readouterr().err
-    monkeypatch.setattr(job, "run_counting_job", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
+    # The release's pass (Prepared.run's run_pipeline, inside the charge) fails after the reservation.
+    monkeypatch.setattr(queries, "run_pipeline", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
     args[args.index("--epsilon") + 1] = "0.5"
     with pytest.raises(OSError):
         select.main(args)

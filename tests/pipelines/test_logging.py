@@ -32,7 +32,10 @@ def test_a_run_logs_its_charge_and_where_rejected_rows_go_on_stderr_their_counts
     run = run_select(tmp_path)
     assert run.returncode == 0, run.stderr
     assert "INFO beam_expmech.ledger: dataset 'shop': reserved epsilon=1 (rho=0.125) for select" in run.stderr
-    assert "INFO pipelines.job: rows that fail validation are counted (at DEBUG, non-private), not kept" in run.stderr
+    assert (
+        "INFO beam_expmech.releases.passes: rows that fail validation are counted (at DEBUG, non-private), not kept"
+        in run.stderr
+    )
     assert "marked done" in run.stderr and "1001" not in run.stderr and "rejected" not in run.stderr
     assert not list(tmp_path.glob("*dead_letter*"))  # none asked for: no raw row written
     assert "selected" in run.stdout and "selected" not in run.stderr  # the result on stdout, the log apart
@@ -42,7 +45,7 @@ def test_a_run_logs_its_charge_and_where_rejected_rows_go_on_stderr_their_counts
     quiet = run_select(tmp_path, "--log-level", "WARNING")
     assert quiet.returncode == 0 and quiet.stderr == ""  # whether a row was rejected is no warning's business
     debug = run_select(tmp_path, "--log-level", "DEBUG")
-    assert "DEBUG pipelines.job: non-private: read 1001 rows; 1 rejected" in debug.stderr
+    assert "DEBUG beam_expmech.releases.passes: non-private: read 1001 rows; 1 rejected" in debug.stderr
 
 
 def test_at_info_the_log_of_a_synthesis_is_the_same_whatever_the_size_of_the_data(tmp_path):

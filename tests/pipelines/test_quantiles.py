@@ -54,9 +54,9 @@ def test_pipeline_joint_method(tmp_path):
 @pytest.mark.parametrize(
     "change,message",
     [
-        ({"--lower": "5", "--upper": "5"}, "--lower must be below --upper"),
+        ({"--lower": "5", "--upper": "5"}, "lower must be below upper, both finite"),
         ({"--quantiles": "0.5,1.0"}, "quantile 1.0"),
-        ({"--quantiles": "0.5,0.5"}, "duplicate"),
+        ({"--quantiles": "0.5,0.5"}, "quantiles 0.5, 0.5: two would be released under one name"),
         ({"--epsilon": "-1"}, "epsilon"),
         ({"--bins": "0"}, "bins"),
     ],

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from beam_data import purchases, write
 from commands import assert_usage_error
+from release_passes import run_pass
 
 from beam_expmech.manifest import FIXED_FIELDS
-from pipelines import job, select
 from pipelines import ledger as ledger_cli
-from pipelines.flags import unit_specs
+from pipelines import select
 
 RELEASE_KEYS = {"selected", *FIXED_FIELDS, "sensitivity", "monotonic", "num_candidates", "top_k"}
 
@@ -103,11 +103,11 @@ def test_the_dead_letter_goes_where_it_is_sent_and_never_beside_the_release(tmp_
         flags = {"--input": str(tmp_path / "data.csv"), "--column": "item", "--candidate-range": "0:10",
                  "--epsilon": "1", "--output": str(published / "r.json"),
                  "--dead-letter": str(published / inside)}  # fmt: skip
-        assert_usage_error("pipelines.select", flags, "--dead-letter must lie outside the folder of --output")
+        assert_usage_error("pipelines.select", flags, "the dead letter must lie outside the output's folder")
     flags["--dead-letter"] = str(tmp_path / "link" / "dead.csv")  # the same folder by another name
-    assert_usage_error("pipelines.select", flags, "--dead-letter must lie outside the folder of --output")
+    assert_usage_error("pipelines.select", flags, "the dead letter must lie outside the output's folder")
     gs = {**flags, "--output": "gs://bucket/public/r.json", "--dead-letter": "gs://bucket/public/x/dead.csv"}
-    assert_usage_error("pipelines.select", gs, "--dead-letter must lie outside the folder of --output")
+    assert_usage_error("pipelines.select", gs, "the dead letter must lie outside the output's folder")
 
 
 @pytest.mark.parametrize("content", ["user_id,item,amount\n", "user_id,item,amount\n1,bad,1\n"])
@@ -128,7 +128,7 @@ def test_empty_or_all_bad_input_still_runs_the_mechanism(tmp_path, content):
         ({"--candidate-range": "5:5"}, "empty"),
         ({"--candidate-range": "9223372036854775808:9223372036854775810"}, "beyond 64-bit integers"),  # review 7
         ({"--candidate-range": "9223372036854775803:9223372036854775813"}, "beyond 64-bit integers"),
-        ({"--max-rows-per-unit": "0"}, "max-rows-per-unit"),
+        ({"--max-rows-per-unit": "0"}, "max_rows must be an integer >= 1"),
         ({"--input": "/nonexistent/*.parquet"}, "no file matches"),
         ({"--mechanism": "permute-and-flip", "--top-k": "2"}, "permute-and-flip selects one"),
     ],
@@ -178,16 +178,12 @@ def test_a_units_rows_are_spent_on_rows_that_count(tmp_path, candidates):
     chosen = ["--candidate-range", "0:50"]
     if candidates == "labels":
         chosen = ["--candidates", str(tmp_path / "candidates.txt")]
-    args, beam_args = select.parse_args(["--input", str(tmp_path / "data.parquet"), "--column", "item", *chosen,
-                                         "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "1",
-                                         "--output", str(tmp_path / "r.json")])  # fmt: skip
-    family, spec = select.candidate_family(args)
-    specs = [spec, *unit_specs(args)]
+    args, _ = select.parse_args(["--input", str(tmp_path / "data.parquet"), "--column", "item", *chosen,
+                                 "--privacy-unit", "user_id", "--max-rows-per-unit", "2", "--epsilon", "1",
+                                 "--output", str(tmp_path / "r.json")])  # fmt: skip
     captured = tmp_path / "counts.pickle"
-    job.counting_pipeline(
-        args, beam_args, job.CountingJob(job.check_input(args, specs), specs, family, beam.combiners.ToList()),
-        lambda shards: captured.write_bytes(pickle.dumps(shards)),
-    ).run().wait_until_finish()  # fmt: skip
+    # The declared release's own pass, its final step swapped for a capture of the counts it is given.
+    run_pass(select.declared(args), beam.combiners.ToList(), lambda shards: captured.write_bytes(pickle.dumps(shards)))
     ((_, counts),) = pickle.loads(captured.read_bytes())
     assert counts.tolist() == (2 * np.bincount(np.arange(60) % 50, minlength=50)).tolist()
 

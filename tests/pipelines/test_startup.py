@@ -58,6 +58,6 @@ def test_a_command_on_local_paths_releases_without_importing_google_cloud(tmp_pa
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
-    assert "apache_beam" in imported and "pipelines.job" in imported
+    assert "apache_beam" in imported and "beam_expmech.releases.passes" in imported
     assert not [name for name in imported if name.startswith(GOOGLE_CLOUD)]
     assert len(json.loads(out.read_text())["selected"]) == 1

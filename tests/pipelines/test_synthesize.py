@@ -7,6 +7,7 @@ import io
 import json
 import logging
 
+import fastavro
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -20,9 +21,10 @@ from beam_expmech.grids import NumericGrid
 from beam_expmech.io import writers
 from beam_expmech.ledger import Ledger, budget_of
 from beam_expmech.predicates import HistogramCounts
+from beam_expmech.releases import JobFailedError, synthesis
 from beam_expmech.transforms import PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
-from pipelines import evaluate_synthetic, job, synthesize
+from pipelines import evaluate_synthetic, synthesize
 
 NLTCS = DATA / "nltcs"
 
@@ -99,16 +101,16 @@ def test_values_outside_the_domain_go_to_the_dead_letter(tmp_path):
 @pytest.mark.parametrize(
     "change,message",
     [
-        ({"--columns": "nope"}, "'nope' is not in the domain"),
+        ({"--columns": "nope"}, f"column 'nope' is not in {NLTCS / 'domain.json'}"),
         ({"--method": "blr", "--rows": "12"}, "candidate datasets, over the limit"),
-        ({"--method": "blr"}, "--rows is required"),
+        ({"--method": "blr"}, "rows is required with method blr"),
         ({"--epsilon": "0"}, "epsilon"),
-        ({"--delta": "0"}, "--delta"),
-        ({"--delta": "1.5"}, "--delta"),
+        ({"--delta": "0"}, "method aim is (epsilon, delta)-DP: the budget needs a delta > 0"),
+        ({"--delta": "1.5"}, "delta must be a number strictly between 0 and 1, got 1.5"),
         ({"--method": "gan"}, "invalid choice"),
-        ({"--workload-degree": "20"}, "workload-degree"),
-        ({"--rows": "10", "--max-synthetic-rows": "5"}, "--max-synthetic-rows caps the noisy size"),
-        ({"--max-synthetic-rows": "0"}, "--max-synthetic-rows"),
+        ({"--workload-degree": "20"}, "degree = 20 exceeds the number of columns (16)"),
+        ({"--rows": "10", "--max-synthetic-rows": "5"}, "max_synthetic_rows caps the noisy size"),
+        ({"--max-synthetic-rows": "0"}, "max_synthetic_rows must be an integer >= 1"),
     ],
 )
 def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
@@ -125,7 +127,7 @@ def test_a_column_named_twice_is_refused_before_anything_is_read_or_charged(tmp_
     args = {"--input": str(NLTCS / "nltcs.csv"), "--domain": str(NLTCS / "domain.json"), "--epsilon": "1",
             "--columns": "eating,bathing,eating", "--output": str(tmp_path / "s.csv"),
             "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
-    assert_usage_error("pipelines.synthesize", args, "--columns names 'eating' more than once")
+    assert_usage_error("pipelines.synthesize", args, "columns names 'eating' more than once")
     assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
 
 
@@ -165,6 +167,24 @@ def test_rows_the_run_cannot_hold_are_refused_before_the_charge_even_in_a_dry_ru
     assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
 
 
+def test_an_avro_output_is_the_table_a_parquet_output_holds(tmp_path):
+    """The output's name says its format: .avro writes an Avro table (fastavro reads it), the same rows, columns and
+    types as .parquet under the same test seed, and the manifest beside it."""
+    (tmp_path / "d.csv").write_text("a,x\n" + "".join(f"{i % 2},{i / 7:.3f}\n" for i in range(300)))
+    (tmp_path / "domain.json").write_text(json.dumps({"a": 2, "x": {"lower": 0, "upper": 50, "bins": 8}}))
+    args = ["--input", str(tmp_path / "d.csv"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "1",
+            "--method", "mwem", "--rounds", "2", "--rows", "40", "--seed", "4"]  # fmt: skip
+    for fmt in ("parquet", "avro"):
+        assert synthesize.main([*args, "--output", str(tmp_path / fmt / f"s.{fmt}")]) == 0
+    with open(tmp_path / "avro" / "s.avro", "rb") as handle:
+        rows = list(fastavro.reader(handle))
+    assert rows == pq.read_table(tmp_path / "parquet" / "s.parquet").to_pylist() and len(rows) == 40
+    assert isinstance(rows[0]["a"], int) and isinstance(rows[0]["x"], float)
+    manifests = [json.loads((tmp_path / fmt / "s.manifest.json").read_text()) for fmt in ("parquet", "avro")]
+    assert manifests[0] == manifests[1]
+    assert sorted(p.name for p in (tmp_path / "avro").iterdir()) == ["s.avro", "s.manifest.json"]
+
+
 def test_the_noisy_size_is_capped_at_max_synthetic_rows_which_the_manifest_states(tmp_path):
     out = tmp_path / "s.csv"
     args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(4),
@@ -193,13 +213,13 @@ def test_a_job_that_fails_after_drawing_the_table_releases_nothing_and_leaves_no
         assert [p.name.endswith("-s.csv") for p in tmp_path.glob(".staged-*")] == [True]  # drawn, not released
         raise OSError("the publishing worker was lost (injected)")
 
-    monkeypatch.setattr(synthesize, "publish", lost)
+    monkeypatch.setattr(synthesis, "publish", lost)  # the job's last step
     ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.init("d", epsilon=5.0, delta=1e-6)
     args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(3),
             "--epsilon", "1", "--rows", "100", "--seed", "3", "--output", str(tmp_path / "s.csv"),
             "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
-    with pytest.raises(job.JobFailedError, match="OSError"):
+    with pytest.raises(JobFailedError, match="OSError"):
         synthesize.main(args)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(("s.", ".staged"))]
     assert [r["status"] for r in ledger.dataset("d")["releases"]] == ["failed"]  # the charge kept
@@ -264,7 +284,7 @@ def test_numeric_columns_come_out_as_numbers_inside_their_bins(tmp_path, caplog)
     args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "4",
             "--method", "mwem", "--rounds", "4", "--seed", "5", "--output", str(out),
             "--dead-letter", str(tmp_path / "s.dead_letter.csv")]  # fmt: skip
-    caplog.set_level(logging.DEBUG, logger="pipelines.job")
+    caplog.set_level(logging.DEBUG, logger="beam_expmech.releases.passes")
     assert synthesize.main(args) == 0
 
     dead = pacsv.read_csv(
@@ -372,9 +392,10 @@ def test_private_edges_are_released_at_quantiles_and_charged_with_the_synthesis_
     ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.init("d", epsilon=20.0, delta=1e-6)
     out = tmp_path / "s.parquet"
+    delta = ["--delta", "1e-8"] if method == "aim" else []  # mwem is pure epsilon-DP: no --delta
     args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "8",
-            "--delta", "1e-8", "--method", method, "--rounds", "3", "--seed", "6", "--output", str(out),
-            "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
+            *delta, "--method", method, "--rounds", "3", "--seed", "6",
+            "--output", str(out), "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
     assert synthesize.main(args) == 0
 
     manifest = json.loads((tmp_path / "s.manifest.json").read_text())

@@ -290,7 +290,7 @@ def test_an_element_it_cannot_read_is_a_dead_row_when_its_type_is_unknown_until_
         return json.loads((tmp_path / f"{name}.json").read_text())
 
     rows = [{"item": 3}] * 3
-    assert release(rows + [(7, {"item": 3})], "with") == release(rows, "without")
+    assert release([*rows, (7, {"item": 3})], "with") == release(rows, "without")
     dead = (tmp_path / "with.csv").read_text()
     assert "not a row (not a dict, beam.Row or NamedTuple: give extractors)" in dead and "7" not in dead.split("\n")[1]
 
