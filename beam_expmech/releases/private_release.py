@@ -27,6 +27,7 @@ from beam_expmech.releases.declaration import EACH_ROW, Budget, Files, PrivacyUn
 from beam_expmech.releases.queries import Halfspace, Quantiles, Select
 from beam_expmech.releases.synthesis import Synthesis
 
+QUERIES = (Select, Quantiles, Halfspace, Synthesis)
 Query = Select | Quantiles | Halfspace | Synthesis
 # A file name's bytes at most: the run writes ".staged-" + 16 hex + "-" + the name, and ".edges-...-STEM.json",
 # beside it, within a file system's 255.
@@ -53,6 +54,10 @@ class PrivateRelease:
         self.source = Files(source) if isinstance(source, str) else source
         if not isinstance(self.source, (Files, Rows)):
             raise ValueError("source must be Files(pattern), Rows(read) or a file pattern")
+        if not isinstance(query, QUERIES):
+            raise ValueError(f"query must be a Select, Quantiles, Halfspace or Synthesis, got {type(query).__name__}")
+        if not isinstance(budget, Budget) or not isinstance(unit, PrivacyUnit):
+            raise ValueError("budget must be a Budget, and unit a PrivacyUnit")
         self.query, self.budget, self.unit, self.seed = query, budget, unit, seed
         self.output = destination(output, "output")
         self.dead_letter = None if dead_letter is None else destination(dead_letter, "dead_letter")

@@ -107,6 +107,8 @@ def test_a_bad_declaration_is_refused_when_made(make, message):
         ({"output": "x" * 201 + ".csv"}, "file name is over 200 bytes"),
         ({"source": "{tmp}/in.manifest.json", "output": "{tmp}/in.csv"}, "the output's manifest is one of the input"),
         ({"source": Rows(lambda p: int("alice@example.com")), "budget": Budget(1.0)}, "read failed"),
+        ({"query": "top items"}, "query must be a Select"),
+        ({"unit": "user"}, "unit a PrivacyUnit"),
     ],
 )
 def test_what_public_information_dooms_is_refused_before_the_charge(data, tmp_path, changes, message):
