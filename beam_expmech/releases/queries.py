@@ -49,6 +49,11 @@ DEFAULT_WEIGHTS = (-1, 0, 1)  # a halfspace's grid of weights, unless declared
 RESULT_FIELDS = ("selected", "weights", "features")  # a selection's or halfspace's result, as its table holds it
 
 
+def result_table(document: dict) -> pa.Table:
+    """The result of a selection or halfspace as its table (release_files.result_table)."""
+    return release_files.result_table({key: document[key] for key in RESULT_FIELDS if key in document})
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A query made ready for one data pass, from public parameters only: what it costs (``cost``, with the
@@ -63,13 +68,13 @@ class Prepared:
     plan: dict
     job: CountingJob | KeyCountingJob
     labels: dict[str, list] | None = None
-    table_of: Callable[[dict], pa.Table] = None  # the result as a table (CSV, Parquet); default: result_table's
+    table_of: Callable[[dict], pa.Table] = result_table  # the result as a table (CSV, Parquet)
 
     def run(self, reading: Reading, *, charged: Callable[[], AbstractContextManager], output: str) -> dict:
         """Build the pass, charge (``charged``: the charge's block, entered before any row is read), run it to the
         release's write at ``output``, and read the release back, after the block: the ledger marks the run
         done exactly when the release is written."""
-        write = functools.partial(write_release, output, self.table_of or result_table)
+        write = functools.partial(write_release, output, self.table_of)
         graph = built(lambda: counting_pipeline(reading, self.job, write))
         with charged():
             run_pipeline(reading, graph)
@@ -84,15 +89,9 @@ def write_release(output: str, table_of: Callable[[dict], pa.Table], document: d
     release_files.write_result(output, document=document, table=table, manifest=document)
 
 
-def result_table(document: dict) -> pa.Table:
-    """The result of a selection or halfspace as its table (release_files.result_table)."""
-    return release_files.result_table({key: document[key] for key in RESULT_FIELDS if key in document})
-
-
-def pure(query: object, unit: PrivacyUnit, budget: Budget) -> None:
-    """A pure epsilon-DP query over public candidates: a budget's delta or a unit's max_keys would do nothing, so
-    each is refused rather than ignored."""
-    name = type(query).__name__
+def pure(name: str, unit: PrivacyUnit, budget: Budget) -> None:
+    """A pure epsilon-DP query over public candidates (``name``): a budget's delta or a unit's max_keys would do
+    nothing, so each is refused rather than ignored."""
     if budget.delta:
         raise ValueError(f"{name} is pure epsilon-DP: the budget's delta would not be spent; leave it 0")
     if unit.max_keys is not None:
@@ -192,11 +191,7 @@ class Select:
             return PrivateTopKeys(epsilon=budget.epsilon, delta=budget.delta, k=self.k, max_rows=unit.rows,
                                   max_keys=unit.keys, mechanism=self.mechanism,
                                   label=f"top-{self.k} keys of {self.column}", seed=seed)  # fmt: skip
-        if unit.max_keys is not None:
-            raise ValueError("max_keys bounds keys found in the data: with public candidates it would do nothing")
-        if budget.delta:
-            raise ValueError("a selection over public candidates is pure epsilon-DP: the budget's delta would not "
-                             "be spent; leave it 0")  # fmt: skip
+        pure("a selection over public candidates", unit, budget)
         family = self.family()
         return PrivateSelect(epsilon=budget.epsilon, sensitivity=unit.rows * family.contribution,
                              num_candidates=family.num_candidates, k=self.k, mechanism=self.mechanism,
@@ -280,7 +275,7 @@ class Quantiles:
 
     def prepare(self, unit: PrivacyUnit, budget: Budget, seed: int | None = None, source=None) -> Prepared:
         """Everything the release needs from public parameters (``source``: unused, the data's types are not)."""
-        pure(self, unit, budget)
+        pure("Quantiles", unit, budget)
         step = self.final_step(unit, budget, seed)  # checks epsilon and the quantiles, rehearsed on the grid
         each = step.epsilon / len(step.quantiles)
         if self.method == "joint":
@@ -345,7 +340,7 @@ class Halfspace:
 
     def prepare(self, unit: PrivacyUnit, budget: Budget, seed: int | None = None, source=None) -> Prepared:
         """Everything the release needs from public parameters (``source``: unused, the data's types are not)."""
-        pure(self, unit, budget)
+        pure("a halfspace", unit, budget)
         step = self.final_step(unit, budget, seed)
         columns = [*self.features, self.label]
         family = MarginalCounts(columns, [2] * len(columns))

@@ -86,7 +86,10 @@ def test_a_bad_declaration_is_refused_when_made(make, message):
     ("changes", "message"),
     [
         ({"query": Select("item", k=2)}, "need a budget with delta > 0"),
-        ({"unit": PrivacyUnit("user", max_rows=4, max_keys=2)}, "with public candidates it would do nothing"),
+        (
+            {"unit": PrivacyUnit("user", max_rows=4, max_keys=2)},
+            "with a selection over public candidates it would do nothing",
+        ),
         ({"output": "r.avro"}, "must end in .json, .csv or .parquet"),
         ({"output": "r"}, "must end in"),
         ({"query": Synthesis({"item": 20}, rows=10), "output": "s.json"}, "must end in .parquet, .csv or .avro"),
