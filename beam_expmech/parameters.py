@@ -16,7 +16,10 @@ def positive_finite(value: object, name: str) -> float:
     """``value`` as a float, if it is a real number, finite and > 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ValueError(f"{name} must be finite, got an integer of {int(value).bit_length()} bits") from None
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
     return value

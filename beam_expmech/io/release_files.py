@@ -11,6 +11,7 @@ from __future__ import annotations
 import posixpath
 
 import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
 
 from beam_expmech.io import writers
 
@@ -63,8 +64,18 @@ def write_result(path: str, *, document: dict, table: pa.Table, manifest: dict) 
         writers.write_json(path, document)
         return
     described = writers.json_bytes(manifest)  # first: a manifest that cannot be written stops it before the table
+    retire_manifest(path)
     writers.write_table_atomically(path, table.schema, [table])
     writers.write_atomically(manifest_path(path), described)
+
+
+def retire_manifest(path: str) -> None:
+    """Remove the manifest an earlier release left beside ``path`` before its table is replaced: a table is never
+    found beside a manifest that describes another (a write that fails between the two leaves the table alone,
+    which describes nothing)."""
+    beside = manifest_path(path)
+    if FileSystems.exists(beside):
+        FileSystems.delete([beside])
 
 
 def result_table(result: dict) -> pa.Table:

@@ -95,8 +95,11 @@ def read_valid_batches(pipeline: beam.Pipeline, reading: Reading, specs: Sequenc
     if isinstance(reading.source, Rows):
         try:
             rows = reading.source.read(pipeline)
-        except Exception as error:  # the user's own code, but its text may quote a row
-            raise ValueError(f"Rows' read failed when the graph was built: {describe_error(error)}") from None
+        except Exception as error:  # the user's own code: its text, even an InputError's, may quote a row
+            raise ValueError(f"Rows' read failed when the graph was built: {type(error).__name__}") from None
+        if not isinstance(rows, beam.PCollection):
+            raise ValueError(f"Rows' read must return a PCollection of the pipeline it is given, got "
+                             f"{type(rows).__name__}")  # fmt: skip
         extra = {} if reading.source.extractors is None else {"extractors": reading.source.extractors}
         checked = rows | "Validate" >> RowsToBatches(schema=specs, identity_types=reading.source.identity_types,
                                                      **extra)  # fmt: skip
@@ -216,8 +219,9 @@ def run_pipeline(reading: Reading, pipeline: beam.Pipeline) -> None:
         raise JobFailedError(f"the job failed: {error}; nothing was released, the budget reserved for it "
                              "stays spent") from error  # fmt: skip
     except Exception as error:  # whatever the runner raises: the user gets one line, the ledger "failed"
-        raise JobFailedError(f"the job failed: {describe_error(error)}; nothing was released, the budget "
-                             "reserved for it stays spent") from error  # fmt: skip
+        raise JobFailedError(f"the job failed: {describe_error(error)}; nothing was released (a table written "
+                             "without its manifest is none), the budget reserved for it stays spent"
+                             ) from error  # fmt: skip
     finally:
         runners.close(result)
     # The release is written: from here on nothing may raise, or the ledger would mark a written release failed.

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import fields as dataclass_fields
 
 import pyarrow as pa
 
+from beam_expmech import parameters
 from beam_expmech.io import avro_tables, release_files, writers
 from beam_expmech.releases import charges, passes, runners
 from beam_expmech.releases.declaration import EACH_ROW, Budget, Files, PrivacyUnit, Rows
@@ -58,7 +58,7 @@ class PrivateRelease:
             raise ValueError(f"query must be a Select, Quantiles, Halfspace or Synthesis, got {type(query).__name__}")
         if not isinstance(budget, Budget) or not isinstance(unit, PrivacyUnit):
             raise ValueError("budget must be a Budget, and unit a PrivacyUnit")
-        self.query, self.budget, self.unit, self.seed = query, budget, unit, seed
+        self.query, self.budget, self.unit, self.seed = query, budget, unit, parameters.test_seed(seed)
         self.output = destination(output, "output")
         self.dead_letter = None if dead_letter is None else destination(dead_letter, "dead_letter")
         synthesis = isinstance(query, Synthesis)
@@ -69,6 +69,7 @@ class PrivateRelease:
         if fmt == "avro":  # Avro's rules are on the columns' names
             avro_tables.avro_schema(pa.schema([(c, pa.int64()) for c in self.prepared.described]))
         writers.json_bytes(self.fields)  # every public field as JSON: refused here, not after the charge
+        writers.json_bytes(self.parameters())  # and what the ledger records
         written = {"output": self.output, "the output's manifest": beside, "dead_letter": self.dead_letter}
         self.files = passes.check_input(self.source, self.prepared.specs, self.prepared.labels, unit=unit,
                                         writes=written)  # fmt: skip
@@ -131,7 +132,9 @@ def destination(path: str, name: str) -> str:
     path = path.removeprefix("file://")
     if "://" in path and not path.startswith("gs://"):
         raise ValueError(f"{name} must be a local path or gs://BUCKET/...")
-    return path
+    if path.startswith("gs://"):
+        return path
+    return os.path.normpath(path) + (os.sep if path.endswith(os.sep) else "")  # what is checked is what is written
 
 
 def check_destinations(output: str, dead_letter: str | None, ledger: str | None, beside: str | None) -> None:
@@ -141,9 +144,11 @@ def check_destinations(output: str, dead_letter: str | None, ledger: str | None,
     if output.lower().endswith(".manifest.json"):
         raise ValueError("output ends in .manifest.json, the name a table's manifest takes: choose another name")
     if beside is not None and not output.startswith("gs://"):
-        stem = posixpath.splitext(output)[0]
-        others = [f"{stem}.{f}" for f in {*release_files.RESULT_FORMATS, *release_files.TABLE_FORMATS} - {"json"}
-                  if f"{stem}.{f}" != output and os.path.exists(f"{stem}.{f}")]  # fmt: skip
+        folder, name = os.path.split(os.path.abspath(output))
+        tables = {f".{f}" for f in (*release_files.RESULT_FORMATS, *release_files.TABLE_FORMATS) if f != "json"}
+        listed = os.listdir(folder) if os.path.isdir(folder) else []
+        others = [os.path.join(folder, n) for n in listed if n != name and os.path.splitext(n)[1].lower() in tables
+                  and release_files.manifest_path(n) == release_files.manifest_path(name)]  # fmt: skip
         if others:
             raise ValueError(f"{others[0]} is beside the output, and {beside} would describe the new release "
                              "instead of it: choose another name")  # fmt: skip

@@ -156,7 +156,8 @@ class Select:
         object.__setattr__(self, "k", parameters.count(self.k, "k"))
         if keys and self.shard_size is not None:
             raise ValueError("shard_size spreads public candidates' counts: keys found in the data have their own")
-        object.__setattr__(self, "shard_size", parameters.count(self.shard_size or DEFAULT_SHARD_SIZE, "shard_size"))
+        shard_size = DEFAULT_SHARD_SIZE if self.shard_size is None else self.shard_size
+        object.__setattr__(self, "shard_size", parameters.count(shard_size, "shard_size"))
         if self.mechanism is None:  # the default depends on where the candidates come from
             object.__setattr__(self, "mechanism", KEY_MECHANISMS[0] if keys else PUBLIC_MECHANISMS[0])
         if not keys and self.mechanism not in PUBLIC_MECHANISMS:
@@ -315,6 +316,8 @@ class Halfspace:
     def __post_init__(self):
         if isinstance(self.features, str):
             raise ValueError(f"features must be a list of column names, got {self.features!r}")
+        if isinstance(self.weights, str):
+            raise ValueError(f"weights must be a list of numbers, got {self.weights!r}")
         if self.weights is not None and self.candidates is not None:
             raise ValueError("weights make a grid of candidates: give weights or candidates, not both")
         object.__setattr__(self, "max_candidates", parameters.count(self.max_candidates, "max_candidates"))

@@ -300,5 +300,7 @@ def publish(staged: tuple[str, dict], output: str) -> None:
     """The job's last step: the staged table moved to the output (``writers.rename_atomically``), then the
     manifest written beside it, atomically."""
     path, manifest = staged
+    described = writers.json_bytes(manifest)  # first: a manifest that cannot be written stops it before the table
+    release_files.retire_manifest(output)
     writers.rename_atomically(path, output)
-    writers.write_json(release_files.manifest_path(output), manifest)
+    writers.write_atomically(release_files.manifest_path(output), described)

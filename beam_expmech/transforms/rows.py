@@ -10,13 +10,16 @@ per privacy unit whatever the path (a unit 5 in a dict is the unit 5 of a file's
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.typehints import typehints
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_expmech import parameters
 from beam_expmech.io import readers
@@ -119,7 +122,7 @@ class RowsToBatches(beam.PTransform):
         size = self.batch_size
         checked = (
             rows
-            | "Batch" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)  # col: [row]
+            | "Batch" >> beam.ParDo(_Batches(size))  # col: [row]
             | "Columns" >> beam.FlatMap(rows_as_batches, self.specs, self.identity_types, extractors=self.extractors)
             | "Validate" >> ValidateBatches(self.specs)
         )
@@ -128,6 +131,28 @@ class RowsToBatches(beam.PTransform):
         lineage.mark(checked.good, lineage.VALIDATED, {c: (k, families.get(c) if k == "any" else None)
                                                         for c, (k, _) in kinds.items()})  # fmt: skip
         return checked
+
+
+class _Batches(beam.DoFn):
+    """col: row -> col: [row], at most ``size`` rows a list, within a bundle. Not Beam's BatchElements, which logs
+    each bundle's element count at INFO: a count of the data's rows, where no log may hold one."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def start_bundle(self):
+        self.rows = []
+
+    def process(self, row):
+        self.rows.append(row)
+        if len(self.rows) >= self.size:
+            yield self.rows
+            self.rows = []
+
+    def finish_bundle(self):
+        if self.rows:
+            yield WindowedValue(self.rows, GlobalWindow().max_timestamp(), (GlobalWindow(),))
+        self.rows = []
 
 
 def rows_as_batches(
@@ -148,7 +173,7 @@ def rows_as_batches(
         texts.append(problem)
 
     if extractors is None:
-        records = [_fields(row) for row in rows]
+        records = [_fields(row) for row in rows]  # None where an element is no row, or reading it raised
         # An element read by no name is a dead row, as None is: one person's element must not decide whether the
         # job stops (the release's presence would tell it). A PCollection typed as such is refused when built.
         flag("not a row (None)", np.array([row is None for row in rows], dtype=bool))
@@ -157,13 +182,17 @@ def rows_as_batches(
     columns = {}
     for spec in specs:
         if extractors is None:
-            values = [_MISSING if r is None else r.get(spec.name, _MISSING) for r in records]
+            values, failures = _extracted(records, functools.partial(_field, name=spec.name))
+            for failure, mask in failures:
+                flag(f"{spec.name}: reading it raised {failure}", mask)
         else:
             values, failures = _extracted(rows, extractors[spec.name])
             for failure, mask in failures:
                 flag(f"{spec.name}: extractor raised {failure}", mask)
         if any(issubclass(kind, np.generic) for kind in set(map(type, values))):  # numpy's scalars, as Python's
-            values = [v.item() if isinstance(v, _NUMPY_PLAIN) else v for v in values]  # dates stay: dead rows
+            values = [
+                v.item() if isinstance(v, _NUMPY_PLAIN) and not isinstance(v, np.timedelta64) else v for v in values
+            ]  # dates and durations stay numpy's: dead rows
         for problem, mask in _problems(values, identity_types.get(spec.name)):
             flag(f"{spec.name}: {problem}", mask)
         columns[spec.name] = values
@@ -230,11 +259,21 @@ def _readable(hint) -> bool:
 
 
 def _fields(row) -> Mapping | None:
-    if type(row) is dict or isinstance(row, Mapping):  # the first test is the fast one
-        return row
-    if hasattr(row, "_asdict"):  # beam.Row and NamedTuples
-        return row._asdict()
+    """The element's fields by name, or None for an element that has none, or whose fields raise when read (a
+    row's own code: its failure makes it a dead row, as any element's, never a stopped job)."""
+    try:
+        if type(row) is dict or isinstance(row, Mapping):  # the first test is the fast one
+            return row
+        if hasattr(row, "_asdict"):  # beam.Row and NamedTuples
+            return row._asdict()
+    except Exception:
+        pass
     return None
+
+
+def _field(record: Mapping | None, *, name: str):
+    """One field of a record (``_MISSING`` where it has none); a record's ``get`` that raises raises here."""
+    return _MISSING if record is None else record.get(name, _MISSING)
 
 
 def _problems(values: list, identity: type | None) -> list[tuple[str, np.ndarray]]:

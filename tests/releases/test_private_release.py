@@ -4,6 +4,8 @@ line release the same bytes."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 
 import apache_beam as beam
 import numpy as np
@@ -11,6 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.typehints import typehints
 from beam_data import write
 
 from beam_expmech import Budget, Halfspace, PrivacyUnit, PrivateRelease, Quantiles, Rows, Select, Synthesis
@@ -111,6 +114,9 @@ def test_a_bad_declaration_is_refused_when_made(make, message):
         ({"source": "{tmp}/in.manifest.json", "output": "{tmp}/in.csv"}, "the output's manifest is one of the input"),
         ({"source": Rows(lambda p: int("alice@example.com")), "budget": Budget(1.0)}, "read failed"),
         ({"query": "top items"}, "query must be a Select"),
+        ({"output": "{tmp}/nope/../r.json", "source": "{tmp}/nope/../nothing.parquet"}, "nothing.parquet"),
+        ({"unit": PrivacyUnit("user", max_rows=10**400)}, "must be finite"),
+        ({"source": Rows(lambda p: [{"user": 1, "item": 2}])}, "must return a PCollection"),
         ({"unit": "user"}, "unit a PrivacyUnit"),
     ],
 )
@@ -220,3 +226,53 @@ def test_quantiles_tables_hold_the_quantiles_as_declared(data, tmp_path):
     out = tmp_path / "q.parquet"
     declared(data, tmp_path, query=Quantiles("amount", 0, 100, [0.123456789, 0.9]), output=str(out)).run()
     assert pq.read_table(out).column("quantile").to_pylist() == [0.123456789, 0.9]
+
+
+def test_a_path_through_a_missing_folder_and_back_is_written_where_it_was_checked(data, tmp_path):
+    """out/nope/../r.json is out/r.json: checked and written there (it failed after the charge before)."""
+    released = declared(data, tmp_path, output=str(tmp_path / "out" / "nope" / ".." / "r.json")).run()
+    assert json.loads((tmp_path / "out" / "r.json").read_text()) == released
+
+
+def test_another_tables_manifest_is_found_whatever_the_case_of_its_extension(data, tmp_path):
+    declared(data, tmp_path, output=str(tmp_path / "out" / "u.CSV")).run()
+    with pytest.raises(ValueError, match=r"u\.CSV is beside the output"):
+        declared(data, tmp_path, query=Quantiles("amount", 0, 100, [0.5]), output=str(tmp_path / "out" / "u.parquet"))
+    declared(data, tmp_path, output=str(tmp_path / "out" / "u.CSV")).run()  # the same release again: allowed
+
+
+def test_a_manifest_that_fails_to_be_written_leaves_no_earlier_manifest_beside_the_new_table(
+    data, tmp_path, monkeypatch
+):
+    from beam_expmech.io import release_files, writers
+
+    out = tmp_path / "out" / "q.csv"
+    declared(data, tmp_path, query=Quantiles("amount", 0, 100, [0.5]), output=str(out)).run()
+    write = writers.write_atomically
+
+    def full_disk(path, data):  # the table is written, then the manifest fails
+        if path.endswith(".manifest.json"):
+            raise OSError(28, "No space left on device")
+        write(path, data)
+
+    monkeypatch.setattr(release_files.writers, "write_atomically", full_disk)
+    with pytest.raises(JobFailedError, match="a table written without its manifest is none"):
+        declared(data, tmp_path, query=Quantiles("amount", 0, 100, [0.1, 0.9]), output=str(out)).run()
+    assert not (tmp_path / "out" / "q.manifest.json").exists()  # the old one described another table
+
+
+def test_a_release_from_rows_logs_the_same_at_info_on_neighbouring_rows(data, tmp_path, caplog):
+    """Through the library, with Beam's own loggers at INFO too: one more row (unreadable, so dead) changes no
+    line (Beam's BatchElements logged each bundle's element count)."""
+    rows = [{"user": u % 300, "item": u % 20} for u in range(600)]
+
+    def logged(elements: list, name: str) -> list:
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            source = Rows(lambda p: p | beam.Create(elements).with_output_types(typehints.Any),
+                          identity_types={"user": int})  # fmt: skip
+            declared(data, tmp_path, source=source, output=str(tmp_path / f"{name}.json")).run()
+        return [(r.name, re.sub(r"localhost:\d+|\d{5,}|/\S+\.json", "#", r.getMessage())) for r in caplog.records]
+
+    assert logged(rows, "d") == logged([*rows, (7, 8)], "d2")
+    assert (tmp_path / "d.json").read_bytes() == (tmp_path / "d2.json").read_bytes()

@@ -472,3 +472,22 @@ def test_numpy_scalars_are_read_as_the_numbers_they_are(tmp_path):
         checked = pipeline | beam.Create(rows) | RowsToBatches(schema=specs, identity_types={"user": int})
         _ = checked.good | beam.Map(lambda b: (tmp_path / "good").write_text(str(b.num_rows)))
     assert (tmp_path / "good").read_text() == "30"
+
+
+class _Secretive(dict):
+    """A row whose field, read by name, raises with its value in the message (a row's own code)."""
+
+    def get(self, key, default=None):
+        raise ValueError(f"secret value {dict.get(self, key)}")
+
+
+def test_an_element_whose_fields_raise_when_read_is_a_dead_row_and_its_message_is_not_kept(tmp_path):
+    rows = [{"item": 3, "user": 1}, _Secretive({"item": 4, "user": 2}), {"item": np.timedelta64(3, "ns"), "user": 3}]
+    dead_letter = tmp_path / "dead.csv"
+    pipeline = beam.Pipeline()
+    checked = pipeline | beam.Create(rows) | RowsToBatches(schema=[ColumnSpec("item", "int")])
+    _ = checked.dead | WriteDeadLetter(str(dead_letter), ["item"])
+    pipeline.run().wait_until_finish()
+    dead = dead_letter.read_text()
+    assert "item: reading it raised ValueError" in dead and "secret" not in dead
+    assert "item: not None, a bool, an int, a float, a str or bytes" in dead  # a duration is no integer
