@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 
 import apache_beam as beam
@@ -114,7 +115,7 @@ def test_a_bad_declaration_is_refused_when_made(make, message):
         ({"source": "{tmp}/in.manifest.json", "output": "{tmp}/in.csv"}, "the output's manifest is one of the input"),
         ({"source": Rows(lambda p: int("alice@example.com")), "budget": Budget(1.0)}, "read failed"),
         ({"query": "top items"}, "query must be a Select"),
-        ({"output": "{tmp}/nope/../r.json", "source": "{tmp}/nope/../nothing.parquet"}, "nothing.parquet"),
+        ({"output": "{tmp}/nope/{up}/r.json", "source": "{tmp}/nope/{up}/nothing.parquet"}, "nothing.parquet"),
         ({"unit": PrivacyUnit("user", max_rows=10**400)}, "must be finite"),
         ({"source": Rows(lambda p: [{"user": 1, "item": 2}])}, "must return a PCollection"),
         ({"unit": "user"}, "unit a PrivacyUnit"),
@@ -126,7 +127,7 @@ def test_what_public_information_dooms_is_refused_before_the_charge(data, tmp_pa
     Ledger(str(ledger)).init("d", epsilon=5.0)
     before = ledger.read_bytes()
     write(pa.table({"user": [1], "item": [1]}), tmp_path / "in.manifest.json", "csv")
-    paths = {"out": tmp_path / "out", "data": data, "tmp": tmp_path}
+    paths = {"out": tmp_path / "out", "data": data, "tmp": tmp_path, "up": os.pardir}
     changes = {k: v.format(**paths) if isinstance(v, str) else v for k, v in changes.items()}
     if "output" in changes and "/" not in changes["output"]:
         changes["output"] = str(tmp_path / "out" / changes["output"])
@@ -229,8 +230,8 @@ def test_quantiles_tables_hold_the_quantiles_as_declared(data, tmp_path):
 
 
 def test_a_path_through_a_missing_folder_and_back_is_written_where_it_was_checked(data, tmp_path):
-    """out/nope/../r.json is out/r.json: checked and written there (it failed after the charge before)."""
-    released = declared(data, tmp_path, output=str(tmp_path / "out" / "nope" / ".." / "r.json")).run()
+    """out/nope/(parent)/r.json is out/r.json: checked and written there (it failed after the charge before)."""
+    released = declared(data, tmp_path, output=str(tmp_path / "out" / "nope" / os.pardir / "r.json")).run()
     assert json.loads((tmp_path / "out" / "r.json").read_text()) == released
 
 
