@@ -1,10 +1,13 @@
 """User-level bounding at scale: every pipeline's counting pass with a privacy unit, against a numpy count.
 
-    python -m benchmarks.bench_bounding [--rows 10000000,100000000] [--repeats 3] [--workdir DIR]
+    python -m benchmarks.bench_bounding [--rows 10000000,100000000] [--rows-per-user 5,20] [--repeats 3]
+                                        [--workdir DIR]
 
-For each size, a Parquet file is generated once: 20 rows a user (user_id), an item in 1,000 candidates
-(Zipf-like), a numeric value, and three coded columns with structure (b depends on a, c on b) for
-synthesize. Each job runs as its own process, with --privacy-unit user_id --max-rows-per-unit 5:
+For each size and shape, a Parquet file is generated once: rows / rows-per-user users (user_id, int64,
+uniform, so a user's row count is about Poisson), an item in 1,000 candidates (int32, Zipf-like), a
+numeric value, and three coded columns with structure (b depends on a, c on b) for synthesize. Issue 36's
+hard shape is 5 rows a user, where bounding to 5 keeps most rows; at 20 rows a user it drops three in four.
+Each job runs as its own process, with --privacy-unit user_id --max-rows-per-unit 5:
   (c) pyarrow + numpy, non-private: read the item column, bincount (the baseline of issue 15)
   select      pipelines.select over the 1,000 items
   quantiles   pipelines.quantiles of the value (3 quantiles)
@@ -36,10 +39,10 @@ from benchmarks.bench_select import CANDIDATES, timed
 DOMAIN = {"a": 4, "b": 6, "c": 3}
 
 
-def generate(path: str, rows: int) -> None:
+def generate(path: str, rows: int, rows_per_user: int) -> None:
     rng = np.random.default_rng(0)
     schema = pa.schema(
-        [("user_id", pa.int64()), ("item", pa.int64()), ("value", pa.float64())] + [(c, pa.int64()) for c in DOMAIN]
+        [("user_id", pa.int64()), ("item", pa.int32()), ("value", pa.float64())] + [(c, pa.int64()) for c in DOMAIN]
     )
     with pq.ParquetWriter(path, schema) as out:
         for start in range(0, rows, 1 << 20):
@@ -48,7 +51,7 @@ def generate(path: str, rows: int) -> None:
             b = (a + rng.integers(0, 3, n)) % DOMAIN["b"]
             c = (b // 2 + rng.integers(0, 2, n)) % DOMAIN["c"]
             columns = {
-                "user_id": rng.integers(0, max(1, rows // 20), n),
+                "user_id": rng.integers(0, max(1, rows // rows_per_user), n),
                 "item": (rng.zipf(1.3, n) - 1) % CANDIDATES,
                 "value": rng.normal(size=n),
                 "a": a,
@@ -58,53 +61,62 @@ def generate(path: str, rows: int) -> None:
             out.write_table(pa.table(columns, schema=schema))
 
 
+Measured = dict[str, list[tuple[float, float]]]  # a job and shape's (median seconds, median peak RSS MB), a size each
+
+
+def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Measured) -> None:
+    """Runs each job of one size and shape ``repeats`` times in turn, prints a line a job, adds it to ``measured``."""
+    python = sys.executable
+    domain = os.path.join(workdir, "bounding_domain.json")
+    unit = ["--privacy-unit", "user_id", "--max-rows-per-unit", "5", "--epsilon", "1"]
+    path = os.path.join(workdir, f"bounding_{rows}_{per_user}.parquet")
+    if not os.path.exists(path):
+        generate(path, rows, per_user)
+    out = os.path.join(workdir, "bounding_release.json")
+    jobs = {
+        "(c) pyarrow+numpy count, not private": [python, "-m", "benchmarks.bench_select", "--numpy-count", path],
+        "select": [python, "-m", "pipelines.select", "--input", path, "--column", "item",
+                   "--candidate-range", f"0:{CANDIDATES}", "--output", out, *unit],
+        "quantiles": [python, "-m", "pipelines.quantiles", "--input", path, "--column", "value",
+                      "--lower", "-5", "--upper", "5", "--quantiles", "0.25,0.5,0.75", "--output", out, *unit],
+        "synthesize (AIM)": [python, "-m", "pipelines.synthesize", "--input", path, "--domain", domain,
+                             "--delta", "1e-6", "--rows", "1000",
+                             "--output", os.path.join(workdir, "bounding_synthetic.csv"), *unit],
+    }  # fmt: skip
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in jobs}
+    for _ in range(repeats):
+        for name, command in jobs.items():
+            runs[name].append(timed(command, warm=path))  # every job reads the file from the page cache
+    baseline = float(np.median([t for t, _ in runs[next(iter(jobs))]]))
+    for name, times in runs.items():
+        seconds, rss = (float(v) for v in np.median(times, axis=0))
+        measured.setdefault(f"{name}, {per_user} rows a user", []).append((seconds, rss))
+        spread = f"{min(t for t, _ in times):.2f} - {max(t for t, _ in times):.2f}"
+        ratio = seconds / baseline
+        print(f"{rows:>12,} {per_user:>6} {name:<36} {seconds:>8.2f} {rss:>12.0f} {ratio:>7.1f}x  {spread}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="10000000,100000000")
+    parser.add_argument("--rows-per-user", default="5,20", help="the shapes: rows a user on average")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    python = sys.executable
-    domain = os.path.join(args.workdir, "bounding_domain.json")
-    with open(domain, "w") as handle:
+    with open(os.path.join(args.workdir, "bounding_domain.json"), "w") as handle:
         json.dump(DOMAIN, handle)
-    unit = ["--privacy-unit", "user_id", "--max-rows-per-unit", "5", "--epsilon", "1"]
-    print(f"{'rows':>12} {'job':<34} {'seconds':>8} {'peak RSS MB':>12} {'vs (c)':>8}  {'runs (s)':<20}")
-    measured: dict[str, list[tuple[float, float]]] = {}
+    print(f"{'rows':>12} {'a user':>6} {'job':<36} {'seconds':>8} {'peak RSS MB':>12} {'vs (c)':>8}  {'runs (s)':<20}")
+    measured: Measured = {}
+    shapes = [int(r) for r in args.rows_per_user.split(",")]
     for rows in (int(r) for r in args.rows.split(",")):
-        path = os.path.join(args.workdir, f"bounding_{rows}.parquet")
-        if not os.path.exists(path):
-            generate(path, rows)
-        out = os.path.join(args.workdir, "bounding_release.json")
-        jobs = {
-            "(c) pyarrow+numpy count, not private": [python, "-m", "benchmarks.bench_select", "--numpy-count", path],
-            "select, 5 rows a user": [python, "-m", "pipelines.select", "--input", path, "--column", "item",
-                                      "--candidate-range", f"0:{CANDIDATES}", "--output", out, *unit],
-            "quantiles, 5 rows a user": [python, "-m", "pipelines.quantiles", "--input", path, "--column", "value",
-                                         "--lower", "-5", "--upper", "5", "--quantiles", "0.25,0.5,0.75",
-                                         "--output", out, *unit],
-            "synthesize (AIM), 5 rows a user": [python, "-m", "pipelines.synthesize", "--input", path, "--domain",
-                                                domain, "--delta", "1e-6", "--rows", "1000",
-                                                "--output", os.path.join(args.workdir, "bounding_synthetic.csv"),
-                                                *unit],
-        }  # fmt: skip
-        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in jobs}
-        for _ in range(args.repeats):
-            for name, command in jobs.items():
-                runs[name].append(timed(command, warm=path))  # every job reads the file from the page cache
-        baseline = float(np.median([t for t, _ in runs[next(iter(jobs))]]))
-        for name, times in runs.items():
-            seconds, rss = (float(v) for v in np.median(times, axis=0))
-            measured.setdefault(name, []).append((seconds, rss))
-            spread = f"{min(t for t, _ in times):.2f} - {max(t for t, _ in times):.2f}"
-            print(f"{rows:>12,} {name:<34} {seconds:>8.2f} {rss:>12.0f} {seconds / baseline:>7.1f}x  {spread:<20}",
-                  flush=True)  # fmt: skip
+        for per_user in shapes:
+            measure(rows, per_user, args.workdir, args.repeats, measured)
     if all(len(m) > 1 for m in measured.values()):
-        print(f"\ngrowth from the first size to the last{'':<6} {'time':>8} {'memory':>12}")
+        print(f"\ngrowth from the first size to the last{'':<14} {'time':>8} {'memory':>12}")
         for name, sizes in measured.items():
             (t0, m0), (t1, m1) = sizes[0], sizes[-1]
-            print(f"{name:<44} {t1 / t0:>7.1f}x {m1 / m0:>11.1f}x")
+            print(f"{name:<52} {t1 / t0:>7.1f}x {m1 / m0:>11.1f}x")
 
 
 if __name__ == "__main__":
