@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 import apache_beam as beam
 import numpy as np
@@ -37,7 +36,7 @@ import pyarrow.compute as pc
 from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.validation import canonical_identity
-from beam_expmech.mechanisms.randomness import stream_source
+from beam_expmech.mechanisms.randomness import RandomSource, stream_source
 from beam_expmech.predicates import CANDIDATE
 from beam_expmech.transforms import lineage
 from beam_expmech.transforms.lineage import validated_columns
@@ -48,7 +47,7 @@ PRIORITY = "__priority"
 HASH = "__unit_hash"
 _TOP = np.uint64(48)  # the unit hash's top 16 bits: which shard, and which bucket in it, a row is in
 _BUCKET_ROWS = 1 << 14  # rows ranked at once (they stay in the cache): see _by_bucket
-_PENDING_ROWS = 1 << 24  # rows a worker's accumulators wait with, all shards together, before compacting
+_NARROWED = "beam_expmech.narrowed:"  # schema metadata of encode_rows: a narrowed column's least value
 _NULL_KEY = np.uint64(0x6E756C6C6B6579)  # the hash of a null key
 _PRIORITY_BITS = 20  # of a row's 32-bit priority, in _lowest's sort word (ties at a threshold: exact)
 
@@ -104,42 +103,47 @@ def _shard_starts(shards: int) -> np.ndarray:
     return (np.arange(shards + 1) * (1 << 16) + shards - 1) // shards
 
 
-def split_by_shard(
-    batch: pa.RecordBatch, unit_column: str, shards: int, keep_unit: bool = True
-) -> Iterable[tuple[int, Rows]]:
-    """(shard, its rows with their unit hash in column HASH), sorted by the hash's top 16 bits: a shard is a
-    range of those bits, so the rows of one unit always go to one shard, and every part of a shard is
-    ordered alike (what KeepLowestPerUnit's compaction reads them by). The unit column leaves in its
-    canonical form (``canonical_identity``: one value a unit), so that nothing downstream can tell two
-    spellings of one unit apart. Without ``keep_unit``, it is dropped where its hash tells units apart
-    (numbers): a third less to hold, for most jobs."""
+def split_by_shard(batch: pa.RecordBatch, unit_column: str, shards: int) -> Iterable[tuple[int, pa.RecordBatch]]:
+    """(shard, its rows): a shard is a range of the unit hash's top 16 bits, so the rows of one unit always
+    go to one shard. The unit column leaves in its canonical form (``canonical_identity``: one value a
+    unit), so that nothing downstream can tell two spellings of one unit apart; its hash does not leave
+    (the shard computes it again: a unit's number compresses, its hash does not), nor does a priority."""
     units = canonical_identity(batch.column(unit_column))
-    hashes = unit_hash(units)
-    if not keep_unit and _hash_is_identity(units.type):
-        batch = batch.drop_columns([unit_column])
-    else:  # every step after this one reads the unit as it is identified here (KeyCounts counts distinct units)
-        batch = batch.set_column(batch.schema.get_field_index(unit_column), unit_column, units)
-    top = (hashes >> _TOP).astype(np.uint16)
+    top = (unit_hash(units) >> _TOP).astype(np.uint16)
+    # every step after this one reads the unit as it is identified here (KeyCounts counts distinct units)
+    batch = batch.set_column(batch.schema.get_field_index(unit_column), unit_column, units)
     order = np.argsort(top, kind="stable")  # a radix sort for 16-bit keys
     bounds = np.searchsorted(top[order], _shard_starts(shards))
-    # One take of every column, the hash's too (a gather of its own cost 15% more), then a slice a shard (a
-    # take a shard costs twice as much): a part waiting in a shard's accumulator keeps the whole sorted batch
-    # alive until every shard has compacted its part, which, the shards filling at one rate, they do within a
-    # few batches of each other.
-    batch = _gather(batch.append_column(HASH, pa.array(hashes)), order)
+    batch = _gather(batch, order)  # one take, then a slice a shard (a take a shard costs twice as much)
     for s in range(shards):
         if bounds[s + 1] > bounds[s]:
-            yield s, Rows(pa.Table.from_batches([batch.slice(bounds[s], bounds[s + 1] - bounds[s])]))
+            yield s, batch.slice(bounds[s], bounds[s + 1] - bounds[s])
+
+
+def shard_parts(batch: pa.RecordBatch, unit_column: str, shards: int) -> Iterable[tuple[int, bytes]]:
+    """col: RecordBatch -> col: (shard, bytes): the batch's rows of each shard (``split_by_shard``), encoded
+    (``encode_rows``). A part a batch and shard, not parts gathered over batches: a DoFn that emits what it
+    gathered when its bundle ends loses it on Beam's Dask runner, which collects a bundle's output before."""
+    for shard, rows in split_by_shard(batch, unit_column, shards):
+        yield shard, encode_rows(pa.Table.from_batches([rows]))
 
 
 def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.RecordBatch:
-    """The batch with a uniform random 32-bit priority per row (OS randomness unless a test seeds it).
-
-    Seeded priorities depend on the batch's content, not on when it arrives, so tests see the
-    same rows kept on every runner.
-    """
+    """The batch with a uniform random 32-bit priority per row (OS randomness unless a test seeds it), for
+    ``keep_lowest``: one table at once (KeepLowestPerUnit draws its own after the shuffle)."""
     fingerprint = 0 if seed is None else int(unit_hash(batch.column(0)).sum(dtype=np.uint64)) ^ batch.num_rows
     return batch.append_column(PRIORITY, pa.array(stream_source(seed, fingerprint).uint32(batch.num_rows)))
+
+
+def _seeded_priorities(table: pa.Table, hashes: np.ndarray, seed: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """Tests only (not private): the rows sorted by unit hash and content, and each row's priority a mix of
+    the seed, its unit's hash and its place among its unit's rows. A unit's priorities then depend on its own
+    rows alone, not on the other units of its shard, how the rows were cut into batches, or their order."""
+    table = table.append_column(HASH, pa.array(hashes))
+    table = table.sort_by([(name, "ascending") for name in [HASH, *table.column_names[:-1]]]).drop_columns([HASH])
+    hashes = np.sort(hashes)  # as the table now is
+    place = _ranks(hashes).astype(np.uint64)
+    return table, hashes, (_mix(_mix(hashes ^ np.uint64(key_salt(seed))) ^ place) >> np.uint64(32)).astype(np.uint32)
 
 
 def key_salt(seed: int | None = None) -> int:
@@ -379,53 +383,53 @@ def _key_ranks(
     return ranks
 
 
-class Rows:
-    """A table of rows on their way to bounding, or kept by it. Pickled (between workers, in a runner's
-    shuffle) as Arrow IPC compressed by LZ4: a slice then carries its own rows only (a pickled slice
-    carries its whole batch), and the direct runner, which holds several pickled copies of each
-    accumulator in its shuffle, holds them at about 75% of their size (zstd: 68%, but slower)."""
+def encode_rows(table: pa.Table) -> bytes:
+    """A shard's part as it crosses the runner's shuffle: Arrow IPC compressed by zstd, as bytes.
 
-    __slots__ = ("table",)
-
-    def __init__(self, table: pa.Table):
-        self.table = table
-
-    def __getstate__(self) -> bytes:
-        sink = pa.BufferOutputStream()
-        options = pa.ipc.IpcWriteOptions(compression="lz4")
-        with pa.ipc.new_stream(sink, self.table.schema, options=options) as writer:
-            writer.write_table(self.table)
-        return sink.getvalue().to_pybytes()
-
-    def __setstate__(self, data: bytes) -> None:
-        self.table = pa.ipc.open_stream(data).read_all()
-
-    @property
-    def num_rows(self) -> int:
-        return self.table.num_rows
-
-
-@dataclass
-class KeptRows:
-    """KeepLowestPerUnit's accumulator: the rows kept so far (sorted by unit hash), and the parts not yet
-    compacted (each sorted by the unit hash's top 16 bits, as split_by_shard leaves them)."""
-
-    kept: Rows | None = None
-    pending: list[Rows] = field(default_factory=list)
-    pending_rows: int = 0
+    Bytes, not an object the runner pickles: the direct runner decodes every element it shuffles into its
+    own table and encodes it again to hand it on, which for bytes is a copy (for a pickled table, a
+    decompression and a compression more). A 64-bit integer column whose values span less than 2^32 (a
+    unit number, most often) crosses as its offset from its least value, in 32 bits: a unit then takes
+    about 3.3 bytes, against 5.3 as it was (zstd; LZ4: 6), and it is faster to compress."""
+    narrowed = {}
+    for i, name in enumerate(table.column_names):
+        column = table.column(i)
+        if pa.types.is_int64(column.type) and not column.null_count and len(column):
+            values = _column(table, name)
+            low = int(values.min())
+            if int(values.max()) - low < 1 << 32:  # the offsets wrap alike in uint64: exact
+                narrowed[f"{_NARROWED}{name}".encode()] = str(low).encode()
+                offsets = values.view(np.uint64) - np.uint64(low & ((1 << 64) - 1))
+                table = table.set_column(i, name, pa.array(offsets.astype(np.uint32)))
+    if narrowed:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **narrowed})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
-class KeepLowestPerUnit(beam.CombineFn):
-    """Per shard: the ``max_rows`` lowest-priority rows of each unit.
+def decode_rows(data: bytes) -> pa.Table:
+    """The table ``encode_rows`` encoded, as it was."""
+    table = pa.ipc.open_stream(data).read_all()
+    metadata = table.schema.metadata or {}
+    for key, low in metadata.items():
+        if key.startswith(_NARROWED.encode()):
+            name = key[len(_NARROWED) :].decode()
+            offsets = _column(table, name).astype(np.uint64)
+            values = (offsets + np.uint64(int(low) & ((1 << 64) - 1))).view(np.int64)
+            table = table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+    return table.replace_schema_metadata({k: v for k, v in metadata.items() if not k.startswith(_NARROWED.encode())})
 
-    Parts wait until they hold more rows than the kept ones twice over and than the accumulator's share
-    of ``_PENDING_ROWS`` (a worker holds one accumulator a shard), then are compacted with the kept rows
-    in one pass: at the scale of the budget, each row is ranked about once. Beam lifts the combine before
-    the shuffle, and ``compact`` ships only the kept rows: at most ``max_rows`` rows a unit.
 
-    With ``key_column``, ``max_keys`` (L) and the run's ``salt`` (``key_salt``), partial results keep
-    each unit's L lowest keys with K rows each (``keep_lowest_keys``), and only ``extract_output``
-    cuts each unit to K rows in all.
+class KeepLowestPerUnit:
+    """After the shuffle, one shard's rows (its parts, as shard_parts encodes them): each unit's
+    ``max_rows`` rows of lowest priority, priorities drawn here, one a row (OS randomness unless a test
+    seeds it). All a unit's rows are in its shard, so each unit keeps a uniform random subset of
+    min(K, its rows) of its rows, whatever the other units hold.
+
+    With ``key_column``, ``max_keys`` (L) and the run's ``salt`` (``key_salt``), each unit first keeps
+    its L keys of lowest key priority (``keep_lowest_keys``), then its K lowest rows among theirs.
     """
 
     def __init__(
@@ -435,93 +439,56 @@ class KeepLowestPerUnit(beam.CombineFn):
         key_column: str | None = None,
         max_keys: int | None = None,
         salt: int | None = None,
-        shards: int = 1,
+        seed: int | None = None,
     ):
         if key_column is not None and (max_keys is None or salt is None):
             raise ValueError("a key_column needs max_keys and the run's salt")
         self.unit_column, self.max_rows = unit_column, max_rows
-        self.key_column, self.max_keys, self.salt = key_column, max_keys, salt
-        self.budget = max(_BUCKET_ROWS, _PENDING_ROWS // shards)
+        self.key_column, self.max_keys, self.salt, self.seed = key_column, max_keys, salt, seed
 
-    def create_accumulator(self) -> KeptRows:
-        return KeptRows()
-
-    def add_input(self, accumulator: KeptRows, rows: Rows) -> KeptRows:
-        accumulator.pending.append(rows)
-        accumulator.pending_rows += rows.num_rows
-        kept = 0 if accumulator.kept is None else accumulator.kept.num_rows
-        if accumulator.pending_rows > max(self.budget, 2 * kept):
-            self._compact(accumulator)
-        return accumulator
-
-    def merge_accumulators(self, accumulators) -> KeptRows:
-        accumulators = [a for a in accumulators if a.kept is not None or a.pending]
-        if len(accumulators) == 1:  # nothing to merge (the runner's usual case after the shuffle): a copy,
-            one = accumulators[0]  # since Beam lets a merge modify only the first of its inputs
-            return KeptRows(one.kept, list(one.pending), one.pending_rows)
-        merged = self.create_accumulator()
-        for accumulator in accumulators:
-            for rows in ([accumulator.kept] if accumulator.kept is not None else []) + accumulator.pending:
-                merged = self.add_input(merged, rows)
-        return merged
-
-    def compact(self, accumulator: KeptRows) -> KeptRows:
-        self._compact(accumulator)
-        return accumulator
-
-    def extract_output(self, accumulator: KeptRows) -> pa.Table | None:
-        self._compact(accumulator)
-        if accumulator.kept is None or self.key_column is None:
-            return None if accumulator.kept is None else accumulator.kept.table
-        return _by_bucket([accumulator.kept.table], self._rows_rule)  # the final cut: K rows a unit
-
-    def _compact(self, accumulator: KeptRows) -> None:
-        """The kept and pending rows ranked together, in one pass."""
-        if accumulator.pending:  # else kept is compact already: the rules are idempotent
-            parts = ([accumulator.kept] if accumulator.kept is not None else []) + accumulator.pending
-            accumulator.kept = Rows(_by_bucket([p.table for p in parts], self._rule))
-            accumulator.pending, accumulator.pending_rows = [], 0
+    def __call__(self, parts: Iterable[bytes]) -> pa.Table | None:
+        """The kept rows of the shard's encoded ``parts``, with their unit hash (HASH) and priority (PRIORITY),
+        in the order of the unit hash; None for no parts."""
+        tables = [decode_rows(part) for part in parts]
+        if not tables:
+            return None
+        table = pa.concat_tables(tables).combine_chunks()
+        hashes = unit_hash(table.column(self.unit_column).combine_chunks())
+        if self.seed is None:
+            priorities = RandomSource().uint32(table.num_rows)
+        else:
+            table, hashes, priorities = _seeded_priorities(table, hashes, self.seed)
+        table = table.append_column(HASH, pa.array(hashes)).append_column(PRIORITY, pa.array(priorities))
+        return _by_bucket(table, self._rule)
 
     def _rule(self, table: pa.Table, positions: np.ndarray, hashes: np.ndarray, priorities: np.ndarray) -> np.ndarray:
         """Which of ``positions`` (one bucket's rows of ``table``) stay, in the order of their unit hash."""
-        if self.key_column is None:
-            return self._rows_rule(table, positions, hashes, priorities)
-        kept = _lowest_keys(
-            table.take(positions), self.unit_column, self.key_column, self.max_keys, self.max_rows, self.salt
-        )
-        return positions[kept[np.argsort(hashes[kept], kind="stable")]]
-
-    def _rows_rule(self, table: pa.Table, positions: np.ndarray, hashes: np.ndarray, priorities: np.ndarray):
-        """Each unit's K rows of lowest priority (with keys, the final cut, among its kept keys' rows)."""
+        if self.key_column is not None:  # the unit's L keys first, then its K rows among their rows
+            kept = _lowest_keys(
+                table.take(positions), self.unit_column, self.key_column, self.max_keys, self.max_rows, self.salt
+            )
+            positions, hashes, priorities = positions[kept], hashes[kept], priorities[kept]
         units = _text_units(table, self.unit_column)
         return positions[_lowest(hashes, priorities, self.max_rows, None if units is None else units.take(positions))]
 
 
-def _by_bucket(parts: list[pa.Table], rule) -> pa.Table:
-    """The rows ``rule`` keeps of the parts (each sorted by the unit hash's top 16 bits), in the order of
-    the unit hash.
+def _by_bucket(table: pa.Table, rule) -> pa.Table:
+    """The rows ``rule`` keeps of ``table`` (with columns HASH and PRIORITY), in the order of the unit hash.
 
     The rows are ranked a bucket at a time, a range of the hash's top bits of about _BUCKET_ROWS rows
     (one unit's rows are all in one bucket): each bucket's arrays then stay in the processor's cache,
-    which makes ranking several times faster than over the whole shard at once. A bucket's rows are
-    gathered from every part by ranges (each part is sorted), not sorted again.
+    which makes ranking several times faster than over the whole shard at once. The buckets come from
+    one stable sort of the hash's top 16 bits (a radix sort).
     """
-    table = pa.concat_tables(parts).combine_chunks()
     if table.num_rows == 0:
         return table
     hashes, priorities = _column(table, HASH), _column(table, PRIORITY)
-    top = (hashes >> _TOP).astype(np.int64)
-    offsets = np.cumsum([0] + [p.num_rows for p in parts])  # where each part begins in ``table``
-    tops = [top[a:b] for a, b in itertools.pairwise(offsets)]
-    low = min(int(t[0]) for t in tops if t.size)
-    high = max(int(t[-1]) for t in tops if t.size) + 1
+    top = (hashes >> _TOP).astype(np.uint16)
+    order = np.argsort(top, kind="stable")
+    top = top[order]
+    low, high = int(top[0]), int(top[-1]) + 1
     buckets = max(1, min(high - low, table.num_rows // _BUCKET_ROWS))
-    edges = low + (np.arange(buckets + 1) * (high - low)) // buckets
-    starts = offsets[:-1, None] + np.stack([np.searchsorted(t, edges) for t in tops])  # part x bucket edge
-    runs = np.diff(starts, axis=1)  # part x bucket: how many rows of each part fall in each bucket
-    lengths = runs.T.ravel()  # bucket by bucket, part by part
-    order = np.repeat(starts[:, :-1].T.ravel() - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
-    bounds = np.concatenate([[0], np.cumsum(runs.sum(axis=0))])
+    bounds = np.searchsorted(top, low + (np.arange(buckets + 1) * (high - low)) // buckets)
     kept = [
         rule(table, order[a:b], hashes[order[a:b]], priorities[order[a:b]])
         for a, b in itertools.pairwise(bounds)
@@ -576,13 +543,12 @@ class BoundContributions(beam.PTransform):
         other = [m.unit for m in lineage.paths(batches, lineage.BOUNDED) if m is not None and m.unit != unit]
         if other:  # its bound would replace the first: a unit of the first holds many of this one's units
             raise ValueError(f"Bound: these rows are bounded by unit {other[0]!r} already: bound them by one unit")
-        combine = KeepLowestPerUnit(unit, self.max_rows, self.key_column, self.max_keys, self.salt, shards)
+        keep = KeepLowestPerUnit(unit, self.max_rows, self.key_column, self.max_keys, self.salt, seed)
         bounded = (
             batches
-            | "Priorities" >> beam.Map(with_priorities, seed)  # col: RecordBatch + priority
-            | "Shard" >> beam.FlatMap(split_by_shard, unit, shards, self.keep_unit)  # col: (shard, Rows + unit hash)
-            | "KeepLowest" >> beam.CombinePerKey(combine)  # col: (shard, Table sorted by unit hash)
-            | "Batches" >> beam.FlatMapTuple(as_batches, [] if self.keep_unit else [unit])  # col: RecordBatch
+            | "Shard" >> beam.FlatMap(shard_parts, unit, shards)  # col: (shard, bytes: rows of the shard, encoded)
+            | "Group" >> beam.GroupByKey()  # col: (shard, [bytes]): all the rows of a shard's units
+            | "KeepLowest" >> beam.FlatMap(_kept_batches, keep, [] if self.keep_unit else [unit])  # col: batch
         )
         return lineage.mark(bounded, lineage.BOUNDED, self.bounds)
 
@@ -619,7 +585,12 @@ def require_validated(batches, columns: Sequence[str], step: str, unit: str | No
     return {column: kind for column, (kind, _) in validated.items()}
 
 
-def as_batches(_shard: int, table: pa.Table | None, drop: Sequence[str] = ()):
+def _kept_batches(shard: tuple[int, Iterable[bytes]], keep: KeepLowestPerUnit, drop: Sequence[str]):
+    """col: (shard, [bytes]) -> col: RecordBatch: the shard's kept rows (``keep``), in batches."""
+    yield from as_batches(keep(shard[1]), drop)
+
+
+def as_batches(table: pa.Table | None, drop: Sequence[str] = ()):
     """The kept rows (in the order of their unit hash, as KeepLowestPerUnit leaves them) in batches of about
     BATCH_ROWS that never split a unit: a count of distinct units per batch then adds up over batches.
     Batches end where the hash changes (text units of one hash stay together)."""

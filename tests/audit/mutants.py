@@ -185,10 +185,10 @@ MUTANTS = [
         ("tests/transforms/test_bounding.py::test_lowest_keeps_what_a_lexsort_keeps",),
     ),
     Mutant(
-        "the unit column dropped after the split for text units too (review 3, F3)",
+        "text units ranked by their hash alone where the unit column leaves after bounding (review 3, F3)",
         "beam_expmech/transforms/bounding.py",
-        "    if not keep_unit and _hash_is_identity(units.type):",
-        "    if not keep_unit:",
+        "        units = _text_units(table, self.unit_column)",
+        "        units = None",
         (
             "tests/transforms/test_bounding.py::test_text_units_of_one_hash_stay_two_units_where_the_unit_column_is_dropped",
         ),
@@ -196,8 +196,8 @@ MUTANTS = [
     Mutant(
         "bounding passes the unit column on as read, so KeyCounts counts distinct raw values (issue 34, item 1)",
         "beam_expmech/transforms/bounding.py",
-        "        batch = batch.set_column(batch.schema.get_field_index(unit_column), unit_column, units)",
-        "        pass",
+        "    batch = batch.set_column(batch.schema.get_field_index(unit_column), unit_column, units)",
+        "    pass",
         (f"{IDENTITY}::test_a_unit_spelled_many_ways_in_files_is_one_unit",),
     ),
     Mutant(
@@ -522,8 +522,8 @@ MUTANTS = [
     Mutant(
         "bounding with keys: the final cut to K rows a unit left out (K rows a key, L K in all)",
         "beam_expmech/transforms/bounding.py",
-        "return _by_bucket([accumulator.kept.table], self._rows_rule)  # the final cut: K rows a unit",
-        "return accumulator.kept.table",
+        "            positions, hashes, priorities = positions[kept], hashes[kept], priorities[kept]",
+        "            return positions[kept[np.argsort(hashes[kept], kind='stable')]]",
         (f"{SENSITIVITY}::test_one_more_unit_moves_at_most_l_keys_by_at_most_k_rows_and_one_unit",),
     ),
     Mutant(

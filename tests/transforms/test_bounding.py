@@ -3,9 +3,7 @@ is uniform, and each unit's depends on its own rows alone."""
 
 from __future__ import annotations
 
-import copy
 import itertools
-import pickle
 from collections import Counter
 
 import apache_beam as beam
@@ -25,15 +23,17 @@ from beam_expmech.transforms.bounding import (
     PRIORITY,
     BoundContributions,
     KeepLowestPerUnit,
-    Rows,
     _key_ranks,
     _lowest,
     _sorting_order,
     as_batches,
+    decode_rows,
+    encode_rows,
     keep_lowest,
     keep_lowest_keys,
     key_priorities,
     key_salt,
+    shard_parts,
     split_by_shard,
     unit_hash,
     with_priorities,
@@ -45,31 +45,24 @@ units_strategy = st.one_of(
 )
 
 
-def bound(batches, k, shards, seed=None, max_keys=None):
-    """The transform's steps by hand: priorities, shards, then two partial combines merged. With
-    ``max_keys`` (L), at most L values of the column "key" a unit, as the transform does it."""
+def shuffled_parts(batches, shards, order_seed=0) -> dict[int, list[bytes]]:
+    """The transform's first step by hand: each shard's encoded parts (shard_parts), in an order of
+    ``order_seed``, as a runner's shuffle may hand them on."""
+    by_shard: dict[int, list[bytes]] = {}
+    for batch in batches:
+        for shard, part in shard_parts(batch, "unit", shards):
+            by_shard.setdefault(shard, []).append(part)
+    rng = np.random.default_rng(order_seed)
+    return {shard: [parts[i] for i in rng.permutation(len(parts))] for shard, parts in by_shard.items()}
+
+
+def bound(batches, k, shards, seed=None, max_keys=None, order_seed=0):
+    """The transform's steps by hand: shard parts, shuffled, then each shard's kept rows. With ``max_keys``
+    (L), at most L values of the column "key" a unit, as the transform does it."""
     salt = None if max_keys is None else key_salt(seed)
-    combine = KeepLowestPerUnit("unit", k) if max_keys is None else KeepLowestPerUnit("unit", k, "key", max_keys, salt)
-    combine.budget = 5  # compact as parts arrive, as at scale
-    accumulators = {}
-    for i, batch in enumerate(batches):
-        batch = with_priorities(batch, seed)
-        for shard, part in split_by_shard(batch, "unit", shards):
-            pair = accumulators.setdefault(shard, [combine.create_accumulator(), combine.create_accumulator()])
-            pair[i % 2] = combine.add_input(pair[i % 2], part)
-    tables = [combine.extract_output(combine.merge_accumulators(pair)) for pair in accumulators.values()]
+    keep = KeepLowestPerUnit("unit", k, None if max_keys is None else "key", max_keys, salt, seed)
+    tables = [keep(parts) for parts in shuffled_parts(batches, shards, order_seed).values()]
     return pa.concat_tables([t.drop_columns([PRIORITY, HASH]) for t in tables if t is not None])
-
-
-def one_shard(batch: pa.RecordBatch) -> Rows:
-    """The batch as KeepLowestPerUnit takes it: with its unit hashes, in their order (split_by_shard, one shard)."""
-    (shard, rows), *more = split_by_shard(batch, "unit", 1) if batch.num_rows else [(0, Rows(empty(batch)))]
-    assert shard == 0 and not more
-    return rows
-
-
-def empty(batch: pa.RecordBatch) -> pa.Table:
-    return pa.Table.from_batches([batch]).append_column(HASH, pa.array([], pa.uint64()))
 
 
 @settings(max_examples=60, deadline=None)
@@ -153,9 +146,8 @@ def test_the_unit_leaves_bounding_in_its_canonical_form():
         (pa.array([5, 5, 6], pa.int32()), {5: 2, 6: 1}),
         (pa.array(["a", "a", "b"]), {b"a": 2, b"b": 1}),
     ]:
-        batch = with_priorities(pa.record_batch({"unit": values}), 1)
-        (_, rows), *_ = split_by_shard(batch, "unit", 1)
-        unit = rows.table.column("unit")
+        (_, rows), *_ = split_by_shard(pa.record_batch({"unit": values}), "unit", 1)
+        unit = rows.column("unit")
         assert unit.type in (pa.float64(), pa.int64(), pa.large_binary())
         assert Counter("nan" if v != v else v for v in unit.to_pylist()) == expected
         if pa.types.is_floating(unit.type):  # one NaN, bit for bit: a group-by tells NaN payloads apart
@@ -275,33 +267,25 @@ def one_pass_reference(table: pa.Table, k: int, max_keys: int, salt: int) -> set
     pieces=st.integers(2, 8),
     order_seed=st.integers(0, 2**32),
 )
-def test_partial_results_merge_in_any_order_to_one_pass(n, k, max_keys, pieces, order_seed):
-    """Priorities drawn once; then any split into batches and any tree of merges keep the same rows."""
+def test_kept_rows_follow_the_rule_whatever_the_batches_parts_and_their_order(n, k, max_keys, pieces, order_seed):
+    """Seeded, the rows kept are the one-pass rule's (each unit's L lowest keys, then its K lowest rows among
+    theirs), however the rows are cut into batches and parts and in whatever order the parts arrive."""
     rng = np.random.default_rng(order_seed)
     rows = zip(rng.integers(0, 3, n).tolist(), rng.integers(0, 6, n).tolist(), strict=True)  # units of many keys
-    whole = with_priorities(keyed_table(list(rows)).to_batches()[0], 1)
-    combine = KeepLowestPerUnit("unit", k, "key", max_keys, key_salt(1))
-    one_pass = combine.extract_output(combine.add_input(combine.create_accumulator(), one_shard(whole)))
-    reference = one_pass_reference(pa.Table.from_batches([whole]), k, max_keys, key_salt(1))
+    whole = keyed_table(list(rows))
+    keep = KeepLowestPerUnit("unit", k, "key", max_keys, key_salt(1), seed=1)
+    every = KeepLowestPerUnit("unit", n, "key", n, key_salt(1), seed=1)(shuffled_parts(whole.to_batches(), 1)[0])
+    assert every.num_rows == n  # every row, with the priority the seed gives it
+    reference = one_pass_reference(every, k, max_keys, key_salt(1))
+    one_pass = keep(shuffled_parts(whole.to_batches(), 1)[0])
     assert set(one_pass.column("row").to_pylist()) == reference
 
     shuffled = whole.take(pa.array(rng.permutation(whole.num_rows)))
     cuts = np.sort(rng.integers(0, whole.num_rows + 1, pieces - 1))
-    batches = [shuffled.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, whole.num_rows], strict=True)]
-    accumulators = []
-    for batch in batches:  # some batches join an accumulator already holding others; most are compacted
-        if accumulators and rng.random() < 0.3:
-            accumulators[-1] = combine.add_input(accumulators[-1], one_shard(batch))
-        else:
-            accumulators.append(combine.add_input(combine.create_accumulator(), one_shard(batch)))
-        if rng.random() < 0.7:
-            accumulators[-1] = combine.compact(accumulators[-1])
-    while len(accumulators) > 1:  # merge random groups, in random order, compacting some on the way
-        group = [accumulators.pop(i) for i in sorted(rng.choice(len(accumulators), 2, replace=False))[::-1]]
-        merged = combine.merge_accumulators(group)
-        accumulators.append(combine.compact(merged) if rng.random() < 0.5 else merged)
-    merged = combine.extract_output(accumulators[0])
-    assert sorted(merged.column("row").to_pylist()) == sorted(one_pass.column("row").to_pylist())
+    pieces = [shuffled.slice(a, c - a) for a, c in zip([0, *cuts], [*cuts, whole.num_rows], strict=True)]
+    batches = [batch for piece in pieces for batch in piece.to_batches()]
+    parts = shuffled_parts(batches, 1, order_seed=order_seed).get(0, [])
+    assert sorted(keep(parts).column("row").to_pylist()) == sorted(reference)
 
 
 def reference_keep_lowest_keys(table: pa.Table, max_keys: int, max_rows: int, key_priority: list) -> set:
@@ -378,27 +362,26 @@ def test_sorting_order_is_a_stable_argsort_whatever_the_values():
         assert np.array_equal(_sorting_order(values), np.argsort(values, kind="stable"))
 
 
-def test_an_accumulator_pickles_packed_and_merges_as_before():
-    """Pickled (between workers, in the shuffle) an accumulator's tables are compressed IPC: the same rows
-    come out, a pickled slice carries its own rows only, and a merge of one accumulator leaves its input
-    untouched."""
-    rng = np.random.default_rng(3)
-    table = keyed_table(list(zip(rng.integers(0, 9, 300).tolist(), rng.integers(0, 5, 300).tolist(), strict=True)))
-    batches = pa.Table.from_batches([with_priorities(table.to_batches()[0], 2)]).to_batches(max_chunksize=70)
-    parts = [part for batch in batches for _, part in split_by_shard(batch, "unit", 1)]
-    combine = KeepLowestPerUnit("unit", 3, "key", 2, key_salt(2))
-    accumulator = combine.compact(combine.add_input(combine.create_accumulator(), parts[0]))
-    for part in parts[1:]:
-        accumulator = combine.add_input(accumulator, part)  # kept, and parts pending
-    expected = combine.extract_output(copy.deepcopy(accumulator))
-    shipped = pickle.loads(pickle.dumps(accumulator))
-    assert isinstance(shipped.kept, Rows) and all(isinstance(p, Rows) for p in shipped.pending)
-    whole = pa.table({"x": np.arange(100_000)})
-    assert len(pickle.dumps(Rows(whole.slice(0, 10)))) < len(pickle.dumps(Rows(whole))) / 100
-    pending = list(shipped.pending)
-    merged = combine.merge_accumulators([combine.create_accumulator(), shipped])
-    assert shipped.pending == pending  # the second input is not modified
-    assert combine.extract_output(merged).equals(expected)
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([5, -3, 2**32 - 4], pa.int64()),  # spans under 2^32: crosses narrowed
+        pa.array([-(2**63), -(2**63) + 5, 2**63 - 1], pa.int64()),  # spans all 64 bits
+        pa.array([-(2**63), -(2**63) + 5, -(2**63) + 1], pa.int64()),  # narrowed, at the least int64
+        pa.array([1, None, 3], pa.int64()),
+        pa.array(["a", "", "b"], pa.large_binary()),
+        pa.array([0.5, -0.0, 1e300]),
+    ],
+)
+def test_parts_cross_the_shuffle_as_bytes_and_decode_as_they_were(column):
+    table = pa.table({"unit": column, "row": pa.array([0, 1, 2], pa.uint16())}).replace_schema_metadata({"a": "b"})
+    encoded = encode_rows(table)
+    assert isinstance(encoded, bytes) and decode_rows(encoded).equals(table, check_metadata=True)
+
+
+def test_a_unit_number_crosses_the_shuffle_in_about_half_its_width():
+    units = np.random.default_rng(0).integers(0, 20_000_000, 100_000)
+    assert len(encode_rows(pa.table({"unit": units}))) < units.nbytes * 0.6
 
 
 def test_kept_keys_are_chosen_uniformly():
@@ -455,7 +438,7 @@ def test_a_units_kept_rows_never_straddle_two_batches(monkeypatch):
     rng = np.random.default_rng(0)
     units = np.repeat(np.arange(40), rng.integers(1, 4, 40))
     table = pa.table({"unit": units, "x": np.arange(units.size), PRIORITY: np.zeros(units.size, np.uint32)})
-    out = list(as_batches(0, keep_lowest(table, "unit", 3)))
+    out = list(as_batches(keep_lowest(table, "unit", 3)))
     seen = [set(batch.column("unit").to_pylist()) for batch in out]
     assert sum(len(s) for s in seen) == len(set().union(*seen)) == 40  # each unit in exactly one batch
     assert sum(batch.num_rows for batch in out) == units.size and max(b.num_rows for b in out) <= 7 + 2
@@ -556,13 +539,9 @@ def test_text_units_of_one_hash_stay_two_units_where_the_unit_column_is_dropped(
     first, second = thue_morse_pair()
     units = [first, second, "other"] * 5
     table = pa.table({"unit": units, "row": np.arange(len(units))})
-    combine = KeepLowestPerUnit("unit", 2, shards=shards)
-    combine.budget = 5
-    accumulators = {}
-    for seed, batch in enumerate(table.to_batches(max_chunksize=4)):
-        for shard, part in split_by_shard(with_priorities(batch, seed), "unit", shards, keep_unit=False):
-            accumulators[shard] = combine.add_input(accumulators.get(shard, combine.create_accumulator()), part)
-    out = [b for s, a in accumulators.items() for b in as_batches(s, combine.extract_output(a), ["unit"])]
+    keep = KeepLowestPerUnit("unit", 2)
+    out = [b for parts in shuffled_parts(table.to_batches(max_chunksize=4), shards).values()
+           for b in as_batches(keep(parts), ["unit"])]  # fmt: skip
     assert all(b.schema.names == ["row"] for b in out)
     assert Counter(units[r] for b in out for r in b.column("row").to_pylist()) == {first: 2, second: 2, "other": 2}
 
@@ -582,4 +561,4 @@ def test_a_null_unit_is_refused_not_hashed(kind):
     """One null would turn an integer column to floats on its way to numpy, and two units to one hash."""
     batch = pa.record_batch({"unit": pa.array([2**53 + 1, None] if kind == pa.int64() else ["a", None], kind)})
     with pytest.raises(ValueError, match="without nulls"):
-        list(split_by_shard(with_priorities(batch), "unit", 2))
+        list(split_by_shard(batch, "unit", 2))
