@@ -1,27 +1,22 @@
 """Contribution bounding: at most K rows per privacy unit, optionally over at most L keys, as a
 batched shuffle.
 
-Every row gets a uniform random priority, and each batch is split by a stable hash of the unit
-into S shards. Per shard, a CombineFn keeps each unit's K rows of lowest priority (a vectorised
-sort and rank): a uniform random K-subset, and an associative rule, so Beam can apply it before
-the shuffle and ship at most K rows per unit. Every count over the result then changes by at
+Each batch is split by a stable hash of the unit into S shards, and every row of a shard crosses the
+runner's shuffle as bytes (``shard_parts``, ``encode_rows``). After it, a shard holds all the rows of
+its units: it draws a uniform random priority a row and keeps each unit's K rows of lowest priority
+(a vectorised sort and rank, ``KeepLowestPerUnit``): a uniform random subset of min(K, n) of a unit's
+n rows, which depends on that unit's rows alone. Every count over the result then changes by at
 most K * contribution when one unit is added or removed, and all counts move the same way.
 
 With a key column and L (``max_keys``), each (unit, key) pair also gets a priority: a 64-bit mix
-of the unit's hash, the key's hash and a salt drawn once per run, so every batch, shard and
-worker ranks a unit's keys alike, from that unit's rows and the salt alone. A unit keeps its L
-keys of lowest priority (a uniform random L-subset of its keys), then its K lowest-priority rows
-among those keys' rows. Partial results keep each unit's L lowest keys and, per (unit, key), the
-K lowest rows (at most L * K rows a unit): enough to contain the final choice of any union of
-parts, so merging stays associative; only the final output cuts each unit to K rows. A unit then
-touches at most L keys with at most K rows in all: at most L per-key counts move, each by at most
-K * contribution, and at most L keys' counts of distinct units move, each by 1.
+of the unit's hash, the key's hash and a salt drawn once per run. A unit keeps its L keys of lowest
+priority (a uniform random L-subset of its keys), then its K lowest-priority rows among those keys'
+rows. A unit then touches at most L keys with at most K rows in all: at most L per-key counts move,
+each by at most K * contribution, and at most L keys' counts of distinct units move, each by 1.
 
-A unit is known by its 64-bit hash (``unit_hash``), which rows carry from the split on: for numbers
-a bijection, so the hash is the unit; text units of one hash are told apart by value wherever two
-meet (``_lowest``). Parts wait in a shard's accumulator up to a budget, then are ranked with the
-kept rows a cache-sized bucket of the hash's top bits at a time (``_by_bucket``).
-"""
+A unit is known by its 64-bit hash (``unit_hash``): for numbers a bijection, so the hash is the unit;
+text units of one hash are told apart by value wherever two meet (``_lowest``). A shard is ranked a
+cache-sized bucket of the hash's top bits at a time (``_by_bucket``)."""
 
 from __future__ import annotations
 
@@ -47,7 +42,7 @@ PRIORITY = "__priority"
 HASH = "__unit_hash"
 _TOP = np.uint64(48)  # the unit hash's top 16 bits: which shard, and which bucket in it, a row is in
 _BUCKET_ROWS = 1 << 14  # rows ranked at once (they stay in the cache): see _by_bucket
-_NARROWED = "beam_expmech.narrowed:"  # schema metadata of encode_rows: a narrowed column's least value
+_NARROWED = b"beam_expmech.narrowed"  # field metadata of encode_rows: a narrowed column's least value
 _NULL_KEY = np.uint64(0x6E756C6C6B6579)  # the hash of a null key
 _PRIORITY_BITS = 20  # of a row's 32-bit priority, in _lowest's sort word (ties at a threshold: exact)
 
@@ -93,8 +88,9 @@ DEFAULT_BOUNDING_SHARDS = 32
 def shards_for(input_bytes: int) -> int:
     """How many shards bounding cuts the units into, from the input's size: one per 64 MiB, 1 to 256.
 
-    Each shard is one accumulator a worker holds (compacted when it grows: see KeepLowestPerUnit) and one
-    merge after the shuffle; fewer shards mean fewer, larger elements, which the direct runner runs faster."""
+    A shard's rows are ranked in one call after the shuffle (KeepLowestPerUnit), which holds them all: about
+    20 bytes a row, 64 MiB of input a shard up to 16 GiB of input, more beyond. Each batch is cut into a part
+    a shard: more shards mean smaller parts, and each part costs its encoding and an element of the shuffle."""
     return max(1, min(256, -(-int(input_bytes) // (1 << 26))))
 
 
@@ -135,14 +131,23 @@ def with_priorities(batch: pa.RecordBatch, seed: int | None = None) -> pa.Record
     return batch.append_column(PRIORITY, pa.array(stream_source(seed, fingerprint).uint32(batch.num_rows)))
 
 
-def _seeded_priorities(table: pa.Table, hashes: np.ndarray, seed: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """Tests only (not private): the rows sorted by unit hash and content, and each row's priority a mix of
-    the seed, its unit's hash and its place among its unit's rows. A unit's priorities then depend on its own
-    rows alone, not on the other units of its shard, how the rows were cut into batches, or their order."""
+def _seeded_priorities(
+    table: pa.Table, unit_column: str, hashes: np.ndarray, seed: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """Tests only (not private): the rows sorted by unit hash, unit and content, and each row's priority a mix
+    of the seed, its unit's hash and its place among its unit's rows. A unit's priorities then depend on its
+    own rows alone, not on the other units of its shard, how the rows were cut into batches, or their order."""
+    others = [name for name in table.column_names if name != unit_column]
     table = table.append_column(HASH, pa.array(hashes))
-    table = table.sort_by([(name, "ascending") for name in [HASH, *table.column_names[:-1]]]).drop_columns([HASH])
-    hashes = np.sort(hashes)  # as the table now is
-    place = _ranks(hashes).astype(np.uint64)
+    table = table.sort_by([(name, "ascending") for name in [HASH, unit_column, *others]])
+    hashes = _column(table, HASH).copy()
+    table = table.drop_columns([HASH])
+    new = np.ones(hashes.size, bool)  # where a unit's rows begin: its hash changes, or (text) its value
+    new[1:] = hashes[1:] != hashes[:-1]
+    units = table.column(unit_column).combine_chunks()
+    if hashes.size > 1 and not _hash_is_identity(units.type):
+        new[1:] |= ~np.asarray(pc.equal(units.slice(1), units.slice(0, hashes.size - 1)))
+    place = _ranks(np.cumsum(new)).astype(np.uint64)
     return table, hashes, (_mix(_mix(hashes ^ np.uint64(key_salt(seed))) ^ place) >> np.uint64(32)).astype(np.uint32)
 
 
@@ -263,7 +268,7 @@ def _hash_is_identity(kind: pa.DataType) -> bool:
 
 def _text_units(table: pa.Table, unit_column: str) -> pa.ChunkedArray | None:
     """The unit column where its hash is not its identity (text), for ``_lowest`` to compare; else None
-    (numbers, or the column dropped after the split: see split_by_shard)."""
+    (numbers, or a table without the column)."""
     if unit_column not in table.column_names or _hash_is_identity(table.schema.field(unit_column).type):
         return None
     return table.column(unit_column)
@@ -391,18 +396,19 @@ def encode_rows(table: pa.Table) -> bytes:
     decompression and a compression more). A 64-bit integer column whose values span less than 2^32 (a
     unit number, most often) crosses as its offset from its least value, in 32 bits: a unit then takes
     about 3.3 bytes, against 5.3 as it was (zstd; LZ4: 6), and it is faster to compress."""
-    narrowed = {}
-    for i, name in enumerate(table.column_names):
+    for i, field in enumerate(table.schema):
+        marked = field.metadata is not None and _NARROWED in field.metadata
         column = table.column(i)
-        if pa.types.is_int64(column.type) and not column.null_count and len(column):
-            values = _column(table, name)
+        if pa.types.is_int64(field.type) and not column.null_count and len(column):
+            values = _column(table, field.name)
             low = int(values.min())
             if int(values.max()) - low < 1 << 32:  # the offsets wrap alike in uint64: exact
-                narrowed[f"{_NARROWED}{name}".encode()] = str(low).encode()
-                offsets = values.view(np.uint64) - np.uint64(low & ((1 << 64) - 1))
-                table = table.set_column(i, name, pa.array(offsets.astype(np.uint32)))
-    if narrowed:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **narrowed})
+                offsets = (values.view(np.uint64) - np.uint64(low & ((1 << 64) - 1))).astype(np.uint32)
+                metadata = {**(field.metadata or {}), _NARROWED: str(low).encode()}
+                table = table.set_column(i, field.with_type(pa.uint32()).with_metadata(metadata), pa.array(offsets))
+                continue
+        if marked:  # the marker is ours alone: on a column that came with it, decode would shift its values
+            table = table.set_column(i, field.with_metadata(_without_marker(field.metadata)), column)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(table)
@@ -410,16 +416,19 @@ def encode_rows(table: pa.Table) -> bytes:
 
 
 def decode_rows(data: bytes) -> pa.Table:
-    """The table ``encode_rows`` encoded, as it was."""
+    """The table ``encode_rows`` encoded, as it was (values, types, nullability, metadata)."""
     table = pa.ipc.open_stream(data).read_all()
-    metadata = table.schema.metadata or {}
-    for key, low in metadata.items():
-        if key.startswith(_NARROWED.encode()):
-            name = key[len(_NARROWED) :].decode()
-            offsets = _column(table, name).astype(np.uint64)
-            values = (offsets + np.uint64(int(low) & ((1 << 64) - 1))).view(np.int64)
-            table = table.set_column(table.schema.get_field_index(name), name, pa.array(values))
-    return table.replace_schema_metadata({k: v for k, v in metadata.items() if not k.startswith(_NARROWED.encode())})
+    for i, field in enumerate(table.schema):
+        if pa.types.is_uint32(field.type) and field.metadata is not None and _NARROWED in field.metadata:
+            low = np.uint64(int(field.metadata[_NARROWED]) & ((1 << 64) - 1))
+            values = (_column(table, field.name).astype(np.uint64) + low).view(np.int64)
+            restored = field.with_type(pa.int64()).with_metadata(_without_marker(field.metadata))
+            table = table.set_column(i, restored, pa.array(values))
+    return table
+
+
+def _without_marker(metadata: dict) -> dict:
+    return {k: v for k, v in metadata.items() if k != _NARROWED}
 
 
 class KeepLowestPerUnit:
@@ -457,7 +466,7 @@ class KeepLowestPerUnit:
         if self.seed is None:
             priorities = RandomSource().uint32(table.num_rows)
         else:
-            table, hashes, priorities = _seeded_priorities(table, hashes, self.seed)
+            table, hashes, priorities = _seeded_priorities(table, self.unit_column, hashes, self.seed)
         table = table.append_column(HASH, pa.array(hashes)).append_column(PRIORITY, pa.array(priorities))
         return _by_bucket(table, self._rule)
 

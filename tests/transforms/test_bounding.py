@@ -17,7 +17,7 @@ from sampling import assert_follows
 
 from beam_expmech.io import readers
 from beam_expmech.io.validation import ColumnSpec, canonical_identity
-from beam_expmech.transforms import ValidateBatches
+from beam_expmech.transforms import ValidateBatches, bounding
 from beam_expmech.transforms.bounding import (
     HASH,
     PRIORITY,
@@ -377,6 +377,37 @@ def test_parts_cross_the_shuffle_as_bytes_and_decode_as_they_were(column):
     table = pa.table({"unit": column, "row": pa.array([0, 1, 2], pa.uint16())}).replace_schema_metadata({"a": "b"})
     encoded = encode_rows(table)
     assert isinstance(encoded, bytes) and decode_rows(encoded).equals(table, check_metadata=True)
+
+
+def test_a_part_decodes_with_its_fields_as_they_were_whatever_metadata_it_came_with():
+    """Review of issue 36: the narrowing's marker is the encoder's alone (a column that came with it is not
+    shifted, a unit not split in two), and a narrowed column comes back nullable or not as it was, so parts
+    narrowed and not concatenate."""
+    marker = {b"beam_expmech.narrowed": b"1", b"PARQUET:field_id": b"3"}
+    wide = pa.array([1 << 40, 42, 42], pa.int64())  # spans over 2^32: not narrowed
+    for column in (wide, pa.array([42, 43, 42], pa.int64()), pa.array([1.5, 2.5, 3.5])):
+        field = pa.field("unit", column.type, nullable=False, metadata=marker)
+        table = pa.table([column], schema=pa.schema([field]))
+        decoded = decode_rows(encode_rows(table))
+        assert decoded.column("unit").equals(table.column("unit"))
+        assert not decoded.schema.field("unit").nullable
+        assert decoded.schema.field("unit").metadata == {b"PARQUET:field_id": b"3"}
+    narrow = pa.table([pa.array([42, 43], pa.int64())], schema=pa.schema([pa.field("unit", pa.int64(), False)]))
+    both = [decode_rows(encode_rows(t)) for t in (narrow, pa.table([wide], schema=narrow.schema))]
+    assert pa.concat_tables(both).column("unit").to_pylist() == [42, 43, 1 << 40, 42, 42]
+
+
+def test_seeded_text_units_of_one_hash_choose_by_their_own_rows(monkeypatch):
+    """With a test seed, a unit's rows depend on its own rows alone, though another unit shares its hash."""
+    monkeypatch.setattr(bounding, "unit_hash", lambda units: np.zeros(len(units), np.uint64))
+    chosen = set()
+    for others in range(4):
+        table = pa.table({"unit": ["a"] * 6 + ["0"] * others, "row": range(6 + others)})
+        kept = KeepLowestPerUnit("unit", 2, seed=1)([encode_rows(table)])
+        chosen.add(
+            tuple(sorted(r for u, r in zip(kept["unit"].to_pylist(), kept["row"].to_pylist(), strict=True) if u == "a"))
+        )
+    assert len(chosen) == 1
 
 
 def test_a_unit_number_crosses_the_shuffle_in_about_half_its_width():
