@@ -100,8 +100,9 @@ def _shard_starts(shards: int) -> np.ndarray:
 
 
 def split_by_shard(batch: pa.RecordBatch, unit_column: str, shards: int) -> Iterable[tuple[int, pa.RecordBatch]]:
-    """(shard, its rows): a shard is a range of the unit hash's top 16 bits, so the rows of one unit always
-    go to one shard. The unit column leaves in its canonical form (``canonical_identity``: one value a
+    """(shard, its rows), sorted by the unit hash's top 16 bits: a shard is a range of those bits, so the
+    rows of one unit always go to one shard, and every part of a shard is ordered alike (what ``_by_bucket``
+    reads them by). The unit column leaves in its canonical form (``canonical_identity``: one value a
     unit), so that nothing downstream can tell two spellings of one unit apart; its hash does not leave
     (the shard computes it again: a unit's number compresses, its hash does not), nor does a priority."""
     units = canonical_identity(batch.column(unit_column))
@@ -399,15 +400,12 @@ def encode_rows(table: pa.Table) -> bytes:
     for i, field in enumerate(table.schema):
         marked = field.metadata is not None and _NARROWED in field.metadata
         column = table.column(i)
-        if pa.types.is_int64(field.type) and not column.null_count and len(column):
-            values = _column(table, field.name)
-            low = int(values.min())
-            if int(values.max()) - low < 1 << 32:  # the offsets wrap alike in uint64: exact
-                offsets = (values.view(np.uint64) - np.uint64(low & ((1 << 64) - 1))).astype(np.uint32)
-                metadata = {**(field.metadata or {}), _NARROWED: str(low).encode()}
-                table = table.set_column(i, field.with_type(pa.uint32()).with_metadata(metadata), pa.array(offsets))
-                continue
-        if marked:  # the marker is ours alone: on a column that came with it, decode would shift its values
+        low = _narrowable(table, field)
+        if low is not None:
+            offsets = _offsets(_column(table, field.name), low)
+            metadata = {**(field.metadata or {}), _NARROWED: str(low).encode()}
+            table = table.set_column(i, field.with_type(pa.uint32()).with_metadata(metadata), pa.array(offsets))
+        elif marked:  # the marker is ours alone: on a column that came with it, decode would shift its values
             table = table.set_column(i, field.with_metadata(_without_marker(field.metadata)), column)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
@@ -420,11 +418,28 @@ def decode_rows(data: bytes) -> pa.Table:
     table = pa.ipc.open_stream(data).read_all()
     for i, field in enumerate(table.schema):
         if pa.types.is_uint32(field.type) and field.metadata is not None and _NARROWED in field.metadata:
-            low = np.uint64(int(field.metadata[_NARROWED]) & ((1 << 64) - 1))
-            values = (_column(table, field.name).astype(np.uint64) + low).view(np.int64)
+            values = _restored(_column(table, field.name), int(field.metadata[_NARROWED]))
             restored = field.with_type(pa.int64()).with_metadata(_without_marker(field.metadata))
             table = table.set_column(i, restored, pa.array(values))
     return table
+
+
+def _narrowable(table: pa.Table, field: pa.Field) -> int | None:
+    """The least value of a 64-bit integer column without nulls that spans less than 2^32; else None."""
+    column = table.column(field.name)
+    if not pa.types.is_int64(field.type) or column.null_count or not len(column):
+        return None
+    values = _column(table, field.name)
+    low = int(values.min())
+    return low if int(values.max()) - low < 1 << 32 else None
+
+
+def _offsets(values: np.ndarray, low: int) -> np.ndarray:
+    return (values.view(np.uint64) - np.uint64(low & ((1 << 64) - 1))).astype(np.uint32)  # wraps alike: exact
+
+
+def _restored(offsets: np.ndarray, low: int) -> np.ndarray:
+    return (offsets.astype(np.uint64) + np.uint64(low & ((1 << 64) - 1))).view(np.int64)
 
 
 def _without_marker(metadata: dict) -> dict:
@@ -463,12 +478,14 @@ class KeepLowestPerUnit:
             return None
         table = pa.concat_tables(tables).combine_chunks()
         hashes = unit_hash(table.column(self.unit_column).combine_chunks())
+        offsets = np.cumsum([0] + [t.num_rows for t in tables])  # each part sorted by the hash's top bits
         if self.seed is None:
             priorities = RandomSource().uint32(table.num_rows)
-        else:
+        else:  # sorted by hash: one part
             table, hashes, priorities = _seeded_priorities(table, self.unit_column, hashes, self.seed)
+            offsets = np.array([0, table.num_rows])
         table = table.append_column(HASH, pa.array(hashes)).append_column(PRIORITY, pa.array(priorities))
-        return _by_bucket(table, self._rule)
+        return _by_bucket(table, offsets, self._rule)
 
     def _rule(self, table: pa.Table, positions: np.ndarray, hashes: np.ndarray, priorities: np.ndarray) -> np.ndarray:
         """Which of ``positions`` (one bucket's rows of ``table``) stay, in the order of their unit hash."""
@@ -481,23 +498,30 @@ class KeepLowestPerUnit:
         return positions[_lowest(hashes, priorities, self.max_rows, None if units is None else units.take(positions))]
 
 
-def _by_bucket(table: pa.Table, rule) -> pa.Table:
-    """The rows ``rule`` keeps of ``table`` (with columns HASH and PRIORITY), in the order of the unit hash.
+def _by_bucket(table: pa.Table, offsets: np.ndarray, rule) -> pa.Table:
+    """The rows ``rule`` keeps of ``table`` (with columns HASH and PRIORITY), made of parts
+    (``table[offsets[i]:offsets[i + 1]]``) each sorted by the unit hash's top 16 bits, in the order of the
+    unit hash.
 
     The rows are ranked a bucket at a time, a range of the hash's top bits of about _BUCKET_ROWS rows
     (one unit's rows are all in one bucket): each bucket's arrays then stay in the processor's cache,
-    which makes ranking several times faster than over the whole shard at once. The buckets come from
-    one stable sort of the hash's top 16 bits (a radix sort).
+    which makes ranking several times faster than over the whole shard at once. A bucket's rows are
+    gathered from every part by ranges (each part is sorted), not sorted again.
     """
     if table.num_rows == 0:
         return table
     hashes, priorities = _column(table, HASH), _column(table, PRIORITY)
-    top = (hashes >> _TOP).astype(np.uint16)
-    order = np.argsort(top, kind="stable")
-    top = top[order]
-    low, high = int(top[0]), int(top[-1]) + 1
+    top = (hashes >> _TOP).astype(np.int64)
+    tops = [top[a:b] for a, b in itertools.pairwise(offsets)]
+    low = min(int(t[0]) for t in tops if t.size)
+    high = max(int(t[-1]) for t in tops if t.size) + 1
     buckets = max(1, min(high - low, table.num_rows // _BUCKET_ROWS))
-    bounds = np.searchsorted(top, low + (np.arange(buckets + 1) * (high - low)) // buckets)
+    edges = low + (np.arange(buckets + 1) * (high - low)) // buckets
+    starts = offsets[:-1, None] + np.stack([np.searchsorted(t, edges) for t in tops])  # part x bucket edge
+    runs = np.diff(starts, axis=1)  # part x bucket: how many rows of each part fall in each bucket
+    lengths = runs.T.ravel()  # bucket by bucket, part by part
+    order = np.repeat(starts[:, :-1].T.ravel() - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
+    bounds = np.concatenate([[0], np.cumsum(runs.sum(axis=0))])
     kept = [
         rule(table, order[a:b], hashes[order[a:b]], priorities[order[a:b]])
         for a, b in itertools.pairwise(bounds)
