@@ -45,7 +45,7 @@ setup(
             # pip wheel --no-build-isolation in the packaging test.
             "wheel>=0.43",
             # tests/pipelines/test_dask.py runs every pipeline on a real local Dask cluster (Beam's Dask
-            # runner); 2026.8 is the release checked beside apache-beam 2.77.
+            # runner); 2026.8 is the release checked beside apache-beam 2.77 and 2.78.
             "dask[distributed]>=2026.8",
         ],
         # Beam's Dask runner (--runner DaskRunner --dask_client_address tcp://HOST:PORT): what

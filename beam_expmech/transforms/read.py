@@ -104,7 +104,8 @@ class ValidateBatches(beam.PTransform):
         super().__init__()
         self.specs = list(specs)
 
-    def expand(self, batches) -> Validated:
+    # No return annotation: Beam (2.78 on) reads one as the output's type hint, and warns at a NamedTuple.
+    def expand(self, batches):
         tagged = batches | "Check" >> beam.ParDo(_Validate(self.specs))  # col: (GOOD | DEAD, rows)
         good = tagged | "Good" >> beam.FlatMap(_tagged, GOOD)
         read = upstream(batches, FAMILIES)  # the files' type families, where one ReadRecordBatches feeds it

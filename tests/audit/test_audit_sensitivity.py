@@ -66,7 +66,7 @@ def validated(batches, name: str, query: bool = False):
     return (batches | f"Validate {name}" >> ValidateBatches(specs)).good
 
 
-def _keep(counts, key: str, name: str) -> None:
+def _keep(counts, key: str, name: tuple[str, str]) -> None:
     RESULTS.setdefault(key, {})[name] = counts
 
 
