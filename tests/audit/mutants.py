@@ -506,6 +506,13 @@ MUTANTS = [
         (f"{KEYS}::test_gaussian_thresholding_is_the_gaussian_mechanism_thresholded",),
     ),
     Mutant(
+        "KeyCounts: a key shard sums one batch's totals, not every batch's (the shuffle of encoded parts)",
+        "beam_expmech/transforms/keys.py",
+        "    tables = [decode_rows(part) for part in parts]",
+        "    tables = [decode_rows(part) for part in list(parts)[:1]]",
+        ("tests/transforms/test_keys.py::test_key_counts_are_each_keys_rows_and_distinct_units_whatever_the_shards",),
+    ),
+    Mutant(
         "keys then laplace: noise for one row a unit (sensitivity 1, not K)",
         "beam_expmech/transforms/keys.py",
         "to_numpy(), epsilon=self.rest, sensitivity=self.max_rows,",
