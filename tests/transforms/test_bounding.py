@@ -102,6 +102,17 @@ def test_unit_hash_is_stable_across_batches_and_types():
     assert raw[0] == raw[2] != raw[1]
 
 
+def test_a_text_units_hash_is_the_same_beside_values_of_like_lengths_and_beside_a_long_one():
+    # Two ways to one hash: a byte position at a time where lengths are alike, prefix sums beside a long value.
+    rng = np.random.default_rng(4)
+    short = ["".join(rng.choice(list("abcdé€"), n)) for n in rng.integers(0, 12, 500)]
+    alike = unit_hash(pa.array(short))
+    beside_a_long_one = unit_hash(pa.array([*short, "x" * 20_000]))[:-1]
+    one_by_one = np.concatenate([unit_hash(pa.array([value])) for value in short])
+    assert (alike == beside_a_long_one).all() and (alike == one_by_one).all()
+    assert len(set(alike.tolist())) == len(set(short))
+
+
 NANS = np.frombuffer(np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000001], np.uint64).tobytes())
 
 
