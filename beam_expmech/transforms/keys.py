@@ -34,6 +34,7 @@ from beam_expmech.transforms import lineage
 from beam_expmech.transforms.bounding import decode_rows, encode_rows, require_validated, unit_hash
 
 KEY, ROWS, UNITS = "key", "rows", "units"
+_COMPACT_ROWS = 1 << 17  # rows a key shard holds before it sums them (shard_key_totals)
 _NOISE_STREAMS = 1 << 32  # the test streams of the second stage's noise, one a shard (partition selection: 1 + shard)
 
 
@@ -45,8 +46,16 @@ def key_totals(table: pa.Table) -> pa.Table:
 
 def shard_key_totals(shard: int, parts: Iterable[bytes]) -> tuple[int, pa.Table]:
     """col: (key shard, [bytes]) -> col: (key shard, Table[key, rows, units]): the shard's parts
-    (``batch_key_counts``) decoded and summed per key, in one group-by."""
-    tables = [decode_rows(part) for part in parts]
+    (``batch_key_counts``) decoded and summed per key as they come, summed again whenever the rows held
+    outgrow twice the totals so far: memory for the shard's distinct keys, not for every batch's part
+    (a key found in every batch is one row, not one a batch)."""
+    tables, held = [], 0
+    for part in parts:
+        tables.append(decode_rows(part))
+        held += tables[-1].num_rows
+        if held > max(_COMPACT_ROWS, 2 * tables[0].num_rows):
+            tables = [key_totals(pa.concat_tables(tables))]
+            held = tables[0].num_rows
     return shard, key_totals(pa.concat_tables(tables)) if tables else _empty()
 
 

@@ -508,9 +508,16 @@ MUTANTS = [
     Mutant(
         "KeyCounts: a key shard sums one batch's totals, not every batch's (the shuffle of encoded parts)",
         "beam_expmech/transforms/keys.py",
-        "    tables = [decode_rows(part) for part in parts]",
-        "    tables = [decode_rows(part) for part in list(parts)[:1]]",
+        "        tables.append(decode_rows(part))",
+        "        tables = [decode_rows(part)]",
         ("tests/transforms/test_keys.py::test_key_counts_are_each_keys_rows_and_distinct_units_whatever_the_shards",),
+    ),
+    Mutant(
+        "KeyCounts: a key shard holds every batch's part decoded, not its keys' totals (review of the bytes shuffle)",
+        "beam_expmech/transforms/keys.py",
+        "        if held > max(_COMPACT_ROWS, 2 * tables[0].num_rows):",
+        "        if False:",
+        ("tests/transforms/test_keys.py::test_a_shard_holds_its_distinct_keys_not_every_batchs_part_of_them",),
     ),
     Mutant(
         "keys then laplace: noise for one row a unit (sensitivity 1, not K)",

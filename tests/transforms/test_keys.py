@@ -85,6 +85,24 @@ def test_a_batchs_totals_cross_the_shuffle_as_bytes_smaller_than_their_data_and_
     assert sizes < decoded
 
 
+def test_a_shard_holds_its_distinct_keys_not_every_batchs_part_of_them():
+    # Keys found in every batch (a Zipf head) were held once a batch: memory grew with the input, not the keys.
+    keys = pa.record_batch({"query": [f"q{i}" for i in range(2_000)], "user": np.arange(2_000)})
+    (_, part), *_ = batch_key_counts(keys, "query", "user", 1)
+    decoded = shard_key_totals(0, [part])[1].nbytes
+    peak = [0]
+
+    def parts(copies: int):
+        for _ in range(copies):
+            peak[0] = max(peak[0], pa.total_allocated_bytes())
+            yield part
+
+    before = pa.total_allocated_bytes()
+    _, table = shard_key_totals(0, parts(500))
+    assert table.num_rows == 2_000 and set(table[ROWS].to_pylist()) == set(table[UNITS].to_pylist()) == {500}
+    assert peak[0] - before < 60 * decoded  # summed as they come: 23 times; 500 parts held decoded: 173 times
+
+
 @pytest.mark.parametrize("shards", [1, 7])
 def test_key_counts_are_each_keys_rows_and_distinct_units_whatever_the_shards(shards):
     parts = batches()
