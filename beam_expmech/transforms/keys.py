@@ -47,15 +47,16 @@ def key_totals(table: pa.Table) -> pa.Table:
 def shard_key_totals(shard: int, parts: Iterable[bytes]) -> tuple[int, pa.Table]:
     """col: (key shard, [bytes]) -> col: (key shard, Table[key, rows, units]): the shard's parts
     (``batch_key_counts``) decoded and summed per key as they come, summed again whenever the rows held
-    outgrow twice the totals so far: memory for the shard's distinct keys, not for every batch's part
-    (a key found in every batch is one row, not one a batch)."""
-    tables, held = [], 0
+    outgrow the totals so far twice over: memory for the shard's distinct keys, not for every batch's part
+    (a key found in every batch is one row, not one a batch). Where a sum hardly shrinks them (keys found
+    once), the next waits for 8 times the totals: each sum is a group-by of every row held."""
+    tables, held, growth = [], 0, 2
     for part in parts:
         tables.append(decode_rows(part))
         held += tables[-1].num_rows
-        if held > max(_COMPACT_ROWS, 2 * tables[0].num_rows):
+        if held > max(_COMPACT_ROWS, growth * tables[0].num_rows):
             tables = [key_totals(pa.concat_tables(tables))]
-            held = tables[0].num_rows
+            growth, held = (2 if 2 * tables[0].num_rows <= held else 8), tables[0].num_rows
     return shard, key_totals(pa.concat_tables(tables)) if tables else _empty()
 
 

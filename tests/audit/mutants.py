@@ -515,7 +515,7 @@ MUTANTS = [
     Mutant(
         "KeyCounts: a key shard holds every batch's part decoded, not its keys' totals (review of the bytes shuffle)",
         "beam_expmech/transforms/keys.py",
-        "        if held > max(_COMPACT_ROWS, 2 * tables[0].num_rows):",
+        "        if held > max(_COMPACT_ROWS, growth * tables[0].num_rows):",
         "        if False:",
         ("tests/transforms/test_keys.py::test_a_shard_holds_its_distinct_keys_not_every_batchs_part_of_them",),
     ),
