@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -268,3 +269,30 @@ def test_a_cluster_left_with_no_worker_fails_the_job_after_the_timeout(tmp_path,
         "error: the job failed: the Dask cluster has had no worker for 2 s (--dask_no_worker_timeout)"
     )
     assert [r["status"] for r in Ledger(ledger).dataset("shop")["releases"]] == ["failed"]
+
+
+def _read_by(batch) -> tuple[int, int]:
+    time.sleep(0.5)  # a read that takes a while, as a row group of a large file does: worth spreading
+    return os.getpid(), batch.num_rows
+
+
+def test_one_files_row_groups_are_read_by_every_worker_given_partitions(scheduler, tmp_path):
+    # Beam's Dask runner keeps up to 128 elements of a Create in one partition: when a file's row groups were
+    # found in the graph (from a Create of files), one file's job ran on one worker, the other idle.
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_expmech.transforms import ReadRecordBatches
+
+    path = tmp_path / "data.parquet"
+    pq.write_table(pa.table({"item": np.arange(40_000) % 7}), path, row_group_size=5_000)
+    options = runners.pipeline_options([*on_dask(scheduler), "--dask_npartitions", "4"])
+    with beam.Pipeline(options=options) as pipeline:
+        readers = (
+            pipeline
+            | ReadRecordBatches([str(path)], None, ["item"])
+            | beam.Map(_read_by)
+            | beam.combiners.ToList()
+            | beam.Map(lambda read: (len({pid for pid, _ in read}), sum(rows for _, rows in read)))
+        )
+        assert_that(readers, equal_to([(2, 40_000)]))
