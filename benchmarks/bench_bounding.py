@@ -1,7 +1,7 @@
 """User-level bounding at scale: every pipeline's counting pass with a privacy unit, against a numpy count.
 
     python -m benchmarks.bench_bounding [--rows 10000000,100000000] [--rows-per-user 5,20] [--repeats 3]
-                                        [--workdir DIR]
+                                        [--dask] [--workdir DIR]
 
 For each size and shape, a Parquet file is generated once: rows / rows-per-user users (user_id, int64,
 uniform, so a user's row count is about Poisson), an item in 1,000 candidates (int32, Zipf-like), a
@@ -12,6 +12,9 @@ Each job runs as its own process, with --privacy-unit user_id --max-rows-per-uni
   select      pipelines.select over the 1,000 items
   quantiles   pipelines.quantiles of the value (3 quantiles)
   synthesize  pipelines.synthesize of (a, b, c) by AIM: the counting pass, then a small model
+  select on Dask (with --dask) the select above on Beam's Dask runner, a fresh LocalCluster of 2 worker
+              processes (1 thread each, warmed: they have imported the pipeline), --dask_npartitions 4; its
+              peak RSS is the largest worker's (the job's own process and the other worker: the last column)
 The jobs of a size run in turn, ``--repeats`` times over (so that each meets the machine in every state):
 the table gives the median seconds and peak RSS of each job's runs, the ratio of its median to (c)'s, and
 the range of its seconds; then, from the first size to the last, how much time and memory grew (issue
@@ -25,16 +28,20 @@ another count, 1.6 to 4 s after the pipelines. One run of (c) is not a baseline.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.bench_select import CANDIDATES, timed
+from benchmarks.bench_select import CANDIDATES, cluster_for, read_through, timed
 
 DOMAIN = {"a": 4, "b": 6, "c": 3}
 
@@ -64,7 +71,41 @@ def generate(path: str, rows: int, rows_per_user: int) -> None:
 Measured = dict[str, list[tuple[float, float]]]  # a job and shape's (median seconds, median peak RSS MB), a size each
 
 
-def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Measured) -> None:
+def timed_on_dask(command: list[str], warm: str) -> tuple[float, float, str]:
+    """(wall seconds, the largest worker's peak RSS in MB, every process's peak) of ``command`` on a fresh
+    2-worker LocalCluster (``cluster_for``), each process sampled every 50 ms."""
+    import psutil
+
+    with cluster_for("dask") as (flags, pids):
+        read_through(warm)
+        # the two workers: the largest of the cluster's processes (each has imported Beam and the pipeline)
+        workers = sorted(map(psutil.Process, pids), key=lambda p: p.memory_info().rss)[-2:]
+        start = time.perf_counter()
+        child = subprocess.Popen(
+            [*command, *flags, "--dask_npartitions", "4"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        processes = {"job": psutil.Process(child.pid), **{f"worker {i}": w for i, w in enumerate(workers)}}
+        peaks, done = dict.fromkeys(processes, 0), threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.05):
+                for name, process in processes.items():
+                    with contextlib.suppress(psutil.Error):
+                        peaks[name] = max(peaks[name], process.memory_info().rss)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, errors = child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed on Dask:\n{errors.decode()[-2000:]}")
+        seconds = time.perf_counter() - start
+        done.set()
+        sampler.join()
+    largest = max(v for name, v in peaks.items() if name != "job") / 2**20
+    return seconds, largest, ", ".join(f"{name} {v / 2**20:.0f}" for name, v in peaks.items())
+
+
+def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Measured, dask: bool = False) -> None:
     """Runs each job of one size and shape ``repeats`` times in turn, prints a line a job, adds it to ``measured``."""
     python = sys.executable
     domain = os.path.join(workdir, "bounding_domain.json")
@@ -87,6 +128,11 @@ def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Meas
     for _ in range(repeats):
         for name, command in jobs.items():
             runs[name].append(timed(command, warm=path))  # every job reads the file from the page cache
+    processes = []
+    for _ in range(repeats if dask else 0):
+        seconds, rss, each = timed_on_dask(jobs["select"], warm=path)
+        runs.setdefault("select on Dask, 2 workers", []).append((seconds, rss))
+        processes.append(each)
     baseline = float(np.median([t for t, _ in runs[next(iter(jobs))]]))
     for name, times in runs.items():
         seconds, rss = (float(v) for v in np.median(times, axis=0))
@@ -94,6 +140,8 @@ def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Meas
         spread = f"{min(t for t, _ in times):.2f} - {max(t for t, _ in times):.2f}"
         ratio = seconds / baseline
         print(f"{rows:>12,} {per_user:>6} {name:<36} {seconds:>8.2f} {rss:>12.0f} {ratio:>7.1f}x  {spread}", flush=True)
+    for each in processes:
+        print(f"{'':>19} select on Dask, peak RSS MB: {each}")
 
 
 def main() -> None:
@@ -101,6 +149,7 @@ def main() -> None:
     parser.add_argument("--rows", default="10000000,100000000")
     parser.add_argument("--rows-per-user", default="5,20", help="the shapes: rows a user on average")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dask", action="store_true", help="select on Beam's Dask runner too (2 workers)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -111,7 +160,7 @@ def main() -> None:
     shapes = [int(r) for r in args.rows_per_user.split(",")]
     for rows in (int(r) for r in args.rows.split(",")):
         for per_user in shapes:
-            measure(rows, per_user, args.workdir, args.repeats, measured)
+            measure(rows, per_user, args.workdir, args.repeats, measured, args.dask)
     if all(len(m) > 1 for m in measured.values()):
         print(f"\ngrowth from the first size to the last{'':<14} {'time':>8} {'memory':>12}")
         for name, sizes in measured.items():
