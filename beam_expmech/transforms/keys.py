@@ -4,7 +4,7 @@
     PrivateTopKeys  col: (key shard, Table) -> col: [key, ...]: the top k keys, limited domain or keys first
     PrivateKeys     col: (key shard, Table) -> col: (key shard, Table): the keys partition selection keeps
 
-No step holds every key: keys are spread over shards by a stable hash, each batch's totals of a
+No step holds every key decoded: keys are spread over shards by a stable hash, each batch's totals of a
 shard's keys cross the shuffle as bytes (``encode_rows``), each shard's are summed by one pyarrow
 group-by, and the top-k step gathers only each shard's k largest
 noisy counts (keys-then-laplace), released keys (keys-then-exponential) or kbar + 1 largest counts.

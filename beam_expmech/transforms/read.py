@@ -19,6 +19,18 @@ CLAMPED = "clamped_values:"  # + a column with a grid: its values outside [lower
 GOOD, DEAD = "good", "dead"
 
 
+# Below this many files, their row groups are listed when the graph is built: Beam's Dask runner keeps up to 128
+# of a Create's elements in one partition, and every step after them, so that the row groups of a few files, found
+# inside the graph, ran on one worker alone. Above it, files enough to spread, and a graph that stays small (a
+# Create's elements travel in it, and Dataflow limits its size).
+_LISTED_FILES = 128
+
+
+def _splits(entry: tuple) -> list[tuple[str, str, int | None]]:
+    """A file's splits (``readers.splits``), or a split listed already, itself."""
+    return readers.splits(*entry) if len(entry) == 2 else [entry]
+
+
 class ReadRecordBatches(beam.PTransform):
     """Files (local, glob or gs://) as record batches of the needed columns.
 
@@ -35,14 +47,15 @@ class ReadRecordBatches(beam.PTransform):
         self.columns = [c.name if isinstance(c, ColumnSpec) else c for c in columns]
         identities = [s.name for s in specs if s.kind == "any"]
         self.families = readers.check_columns(files, fmt, self.columns, identities, {s.name: s.kind for s in specs})
-        # Row groups listed here, not in the graph: Beam's Dask runner keeps a Create's elements in one partition
-        # a 128, and every step after in it, so that one file's splits found later ran on one worker alone.
-        self.splits = [split for path in files for split in readers.splits(path, readers.file_format(path, fmt))]
+        self.entries = [(path, readers.file_format(path, fmt)) for path in files]
+        if len(self.entries) < _LISTED_FILES:
+            self.entries = [split for entry in self.entries for split in readers.splits(*entry)]
 
     def expand(self, pbegin):
         batches = (
             pbegin
-            | "Splits" >> beam.Create(self.splits)  # col: (path, format, row group or None: a whole file)
+            | "Files" >> beam.Create(self.entries)  # col: (path, format[, row group or None: a whole file])
+            | "Splits" >> beam.FlatMap(_splits)  # col: (path, format, row group or None)
             | "Spread" >> beam.Reshuffle()
             | "Read" >> beam.FlatMap(readers.read_split, columns=self.columns)  # col: RecordBatch
         )

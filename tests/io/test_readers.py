@@ -155,3 +155,21 @@ def test_total_size_reads_what_match_files_found_and_lists_nothing_again(tmp_pat
     (tmp_path / "a.csv").write_bytes(b"x" * 1000)  # not listed again
     assert readers.total_size(files) == 42
     assert readers.total_size([*files, str(tmp_path / "never_matched.csv")]) is None
+
+
+@pytest.mark.parametrize("files", [3, 130])
+def test_a_read_gives_every_row_of_every_row_group_whether_it_lists_them_or_its_files(tmp_path, files):
+    # Under 128 files their row groups are listed when the graph is built (Beam's Dask runner spreads them);
+    # from 128 on the files are, and each file's row groups are found inside the graph.
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_expmech.transforms import ReadRecordBatches
+
+    for i in range(files):
+        pq.write_table(pa.table({"item": np.arange(10) + 10 * i}), tmp_path / f"{i}.parquet", row_group_size=4)
+    read = ReadRecordBatches([str(tmp_path / f"{i}.parquet") for i in range(files)], None, ["item"])
+    assert len(read.entries) == (files if files >= 128 else 3 * files)  # 3 row groups a file
+    with beam.Pipeline() as pipeline:
+        items = pipeline | read | beam.FlatMap(lambda batch: batch.column("item").to_pylist())
+        assert_that(items, equal_to(list(range(10 * files))))
