@@ -28,20 +28,18 @@ another count, 1.6 to 4 s after the pipelines. One run of (c) is not a baseline.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.bench_select import CANDIDATES, cluster_for, read_through, timed
+from benchmarks.bench_select import CANDIDATES, PeakRss, cluster_for, read_through, timed
 
 DOMAIN = {"a": 4, "b": 6, "c": 3}
 
@@ -84,25 +82,15 @@ def timed_on_dask(command: list[str], warm: str) -> tuple[float, float, str]:
         child = subprocess.Popen(
             [*command, *flags, "--dask_npartitions", "4"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        processes = {"job": psutil.Process(child.pid), **{f"worker {i}": w for i, w in enumerate(workers)}}
-        peaks, done = dict.fromkeys(processes, 0), threading.Event()
-
-        def sample() -> None:
-            while not done.wait(0.05):
-                for name, process in processes.items():
-                    with contextlib.suppress(psutil.Error):
-                        peaks[name] = max(peaks[name], process.memory_info().rss)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        _, errors = child.communicate()
+        processes = [psutil.Process(child.pid), *workers]
+        with PeakRss(lambda: processes) as rss:
+            _, errors = child.communicate()
+            seconds = time.perf_counter() - start
         if child.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed on Dask:\n{errors.decode()[-2000:]}")
-        seconds = time.perf_counter() - start
-        done.set()
-        sampler.join()
-    largest = max(v for name, v in peaks.items() if name != "job") / 2**20
-    return seconds, largest, ", ".join(f"{name} {v / 2**20:.0f}" for name, v in peaks.items())
+    peaks = [rss.each.get(i, 0) / 2**20 for i in range(len(processes))]  # the job's, then each worker's
+    each = ", ".join([f"job {peaks[0]:.0f}", *(f"worker {i} {peak:.0f}" for i, peak in enumerate(peaks[1:]))])
+    return seconds, max(peaks[1:]), each
 
 
 def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Measured, dask: bool = False) -> None:

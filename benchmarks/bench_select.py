@@ -74,31 +74,51 @@ def timed(command: list[str], also: Sequence[int] = (), warm: str | None = None)
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     others = [psutil.Process(pid) for pid in also]
-    peak = 0
-    done = threading.Event()
 
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.05):
+    def processes() -> list:
+        job = psutil.Process(child.pid)
+        return [job, *job.children(recursive=True), *others]
+
+    with PeakRss(processes) as rss:
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - start
+    if status != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{child.stderr.read().decode()[-2000:]}")
+    return seconds, max(rss.total / 2**20, usage.ru_maxrss / 1024)
+
+
+class PeakRss:
+    """The peak resident memory of ``processes()`` (called at each sample: a job's children come and go),
+    sampled every 50 ms on a thread of its own while in the ``with`` block: of each (``each``, by index)
+    and of their sum (``total``), in bytes."""
+
+    def __init__(self, processes):
+        self.processes, self.each, self.total = processes, {}, 0
+        self._done = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        while not self._done.wait(0.05):
             try:
-                processes = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True), *others]
+                processes = self.processes()
             except psutil.Error:
                 continue
             total = 0
-            for process in processes:
+            for i, process in enumerate(processes):
                 with contextlib.suppress(psutil.Error):
-                    total += process.memory_info().rss
-            peak = max(peak, total)
+                    rss = process.memory_info().rss
+                    self.each[i], total = max(self.each.get(i, 0), rss), total + rss
+            self.total = max(self.total, total)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if status != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{child.stderr.read().decode()[-2000:]}")
-    return seconds, max(peak / 2**20, usage.ru_maxrss / 1024)
+    def __enter__(self) -> PeakRss:
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._sampler.join()
 
 
 def read_through(path: str) -> None:
