@@ -12,9 +12,10 @@ Each job runs as its own process, with --privacy-unit user_id --max-rows-per-uni
   select      pipelines.select over the 1,000 items
   quantiles   pipelines.quantiles of the value (3 quantiles)
   synthesize  pipelines.synthesize of (a, b, c) by AIM: the counting pass, then a small model
-  select on Dask (with --dask) the select above on Beam's Dask runner, a fresh LocalCluster of 2 worker
-              processes (1 thread each, warmed: they have imported the pipeline), --dask_npartitions 4; its
-              peak RSS is the largest worker's (the job's own process and the other worker: the last column)
+  ... on Dask (with --dask) select, quantiles and synthesize above on Beam's Dask runner, each on a fresh
+              LocalCluster of 2 worker processes (1 thread each, warmed: they have imported a pipeline),
+              --dask_npartitions 4; its peak RSS is the largest worker's (the job's own process and each
+              worker's: the lines after the table)
 The jobs of a size run in turn, ``--repeats`` times over (so that each meets the machine in every state):
 the table gives the median seconds and peak RSS of each job's runs, the ratio of its median to (c)'s, and
 the range of its seconds; then, from the first size to the last, how much time and memory grew (issue
@@ -118,12 +119,13 @@ def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Meas
             runs[name].append(timed(command, warm=path))  # every job reads the file from the page cache
     processes = []
     for _ in range(repeats if dask else 0):
-        # In a process of its own: a Dask cluster's threads outlive it in the process that ran it, and slowed
-        # every job after it by 20 to 30% (select at 10^8 rows, 5 a user: 37 s against 26).
-        measured_by = [python, "-m", "benchmarks.bench_bounding", "--dask-job", json.dumps([jobs["select"], path])]
-        seconds, rss, each = json.loads(subprocess.run(measured_by, capture_output=True, check=True).stdout)
-        runs.setdefault("select on Dask, 2 workers", []).append((seconds, rss))
-        processes.append(each)
+        for name in ("select", "quantiles", "synthesize (AIM)"):
+            # In a process of its own: a Dask cluster's threads outlive it in the process that ran it, and slowed
+            # every job after it by 20 to 30% (select at 10^8 rows, 5 a user: 37 s against 26).
+            measured_by = [python, "-m", "benchmarks.bench_bounding", "--dask-job", json.dumps([jobs[name], path])]
+            seconds, rss, each = json.loads(subprocess.run(measured_by, capture_output=True, check=True).stdout)
+            runs.setdefault(f"{name} on Dask, 2 workers", []).append((seconds, rss))
+            processes.append(f"{name}: {each}")
     baseline = float(np.median([t for t, _ in runs[next(iter(jobs))]]))
     for name, times in runs.items():
         seconds, rss = (float(v) for v in np.median(times, axis=0))
@@ -132,7 +134,7 @@ def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Meas
         ratio = seconds / baseline
         print(f"{rows:>12,} {per_user:>6} {name:<36} {seconds:>8.2f} {rss:>12.0f} {ratio:>7.1f}x  {spread}", flush=True)
     for each in processes:
-        print(f"{'':>19} select on Dask, peak RSS MB: {each}")
+        print(f"{'':>19} on Dask, peak RSS MB, {each}")
 
 
 def main() -> None:
@@ -140,7 +142,7 @@ def main() -> None:
     parser.add_argument("--rows", default="10000000,100000000")
     parser.add_argument("--rows-per-user", default="5,20", help="the shapes: rows a user on average")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dask", action="store_true", help="select on Beam's Dask runner too (2 workers)")
+    parser.add_argument("--dask", action="store_true", help="the three jobs on Beam's Dask runner too (2 workers)")
     parser.add_argument("--dask-job", help=argparse.SUPPRESS)  # [command, file]: timed_on_dask, in this process
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     args = parser.parse_args()

@@ -4,11 +4,13 @@ out of a command on local paths and local runners, and kept for everything else.
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from pipelines import startup
 
@@ -61,3 +63,42 @@ def test_a_command_on_local_paths_releases_without_importing_google_cloud(tmp_pa
     assert "apache_beam" in imported and "beam_expmech.releases.passes" in imported
     assert not [name for name in imported if name.startswith(GOOGLE_CLOUD)]
     assert len(json.loads(out.read_text())["selected"]) == 1
+
+
+# Threads that each allocate and hold memory at once, then the number of malloc arenas (glibc's malloc_info:
+# one <heap> a non-main arena, beside the main one). ``{setup}`` runs first, before any thread starts.
+ARENAS = """
+import ctypes, os, sys, tempfile, threading
+{setup}
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.fopen.restype = ctypes.c_void_p
+start, held = threading.Barrier(8), []
+def work():
+    start.wait()
+    held.extend(libc.malloc(1 << 16) for _ in range(200))
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+path = os.path.join(tempfile.mkdtemp(), "malloc.xml")
+stream = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(stream))
+libc.fclose(ctypes.c_void_p(stream))
+print(open(path).read().count("<heap nr="))
+"""
+
+
+def _arenas(setup: str) -> int:
+    run = subprocess.run([sys.executable, "-c", ARENAS.format(setup=setup)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return int(run.stdout)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's limit: elsewhere a command runs as before")
+def test_a_command_shares_few_malloc_arenas_among_its_threads():
+    assert _arenas("") > startup.MALLOC_ARENAS  # unlimited: threads that allocate at once get arenas of their own
+    assert _arenas("from pipelines import startup; assert startup.limit_malloc_arenas()") <= startup.MALLOC_ARENAS
+    # A process launched as a command sets it when it imports the package, before Beam starts a thread.
+    command = "import sys; sys.orig_argv[:] = [sys.executable, '-m', 'pipelines.select']; import pipelines"
+    assert _arenas(command) <= startup.MALLOC_ARENAS
+    assert _arenas("import pipelines") > startup.MALLOC_ARENAS  # a program that imports the package: its own choice
