@@ -9,6 +9,9 @@ numeric value, and three coded columns with structure (b depends on a, c on b) f
 hard shape is 5 rows a user, where bounding to 5 keeps most rows; at 20 rows a user it drops three in four.
 Each job runs as its own process, with --privacy-unit user_id --max-rows-per-unit 5:
   (c) pyarrow + numpy, non-private: read the item column, bincount (the baseline of issue 15)
+  (b) the same bounding in numpy, one process, not private: read both columns, one sort of a word a row
+      (user, OS random priority, item), each user's first 5, bincount (``numpy_bounding``): the least
+      work an exact bounding does, on one core, without a pipeline's shuffle
   select      pipelines.select over the 1,000 items
   quantiles   pipelines.quantiles of the value (3 quantiles)
   synthesize  pipelines.synthesize of (a, b, c) by AIM: the counting pass, then a small model
@@ -67,6 +70,30 @@ def generate(path: str, rows: int, rows_per_user: int) -> None:
             out.write_table(pa.table(columns, schema=schema))
 
 
+def numpy_bounding(path: str, max_rows: int = 5) -> None:
+    """(b): the same bounding in one process, numpy alone: not private, not a pipeline, what any exact one
+    must do at least. Each row's word packs its user (less the least), a random priority from the OS and its
+    item; one sort of the words groups each user's rows by priority, a user keeps its first ``max_rows``, and
+    the kept items are counted. Ties of the truncated priorities go by item (a baseline, not a mechanism)."""
+    table = pq.read_table(path, columns=["user_id", "item"])
+    users, items = (table.column(name).to_numpy() for name in ("user_id", "item"))
+    del table
+    user_bits = max(1, int(users.max() - users.min()).bit_length())
+    item_bits = (CANDIDATES - 1).bit_length()
+    priority_bits = min(32, 64 - user_bits - item_bits)
+    priorities = np.frombuffer(os.urandom(4 * users.size), np.uint32) >> np.uint32(32 - priority_bits)
+    words = (users - users.min()).astype(np.uint64) << np.uint64(priority_bits + item_bits)
+    words |= priorities.astype(np.uint64) << np.uint64(item_bits)
+    words |= items.astype(np.uint64)
+    del users, items, priorities
+    words.sort()
+    user = words >> np.uint64(priority_bits + item_bits)
+    kept = np.ones(words.size, bool)  # among its user's first max_rows: the row max_rows before is another user's
+    np.not_equal(user[max_rows:], user[:-max_rows], out=kept[max_rows:])
+    counts = np.bincount((words[kept] & np.uint64((1 << item_bits) - 1)).astype(np.int64), minlength=CANDIDATES)
+    print(int(np.argmax(counts)))
+
+
 Measured = dict[str, list[tuple[float, float]]]  # a job and shape's (median seconds, median peak RSS MB), a size each
 
 
@@ -105,6 +132,7 @@ def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Meas
     out = os.path.join(workdir, "bounding_release.json")
     jobs = {
         "(c) pyarrow+numpy count, not private": [python, "-m", "benchmarks.bench_select", "--numpy-count", path],
+        "(b) numpy bounding, one process": [python, "-m", "benchmarks.bench_bounding", "--numpy-bounding", path],
         "select": [python, "-m", "pipelines.select", "--input", path, "--column", "item",
                    "--candidate-range", f"0:{CANDIDATES}", "--output", out, *unit],
         "quantiles": [python, "-m", "pipelines.quantiles", "--input", path, "--column", "value",
@@ -144,8 +172,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dask", action="store_true", help="the three jobs on Beam's Dask runner too (2 workers)")
     parser.add_argument("--dask-job", help=argparse.SUPPRESS)  # [command, file]: timed_on_dask, in this process
+    parser.add_argument("--numpy-bounding", help=argparse.SUPPRESS)  # a file: (b), in this process
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     args = parser.parse_args()
+    if args.numpy_bounding:
+        return numpy_bounding(args.numpy_bounding)
     if args.dask_job:
         command, path = json.loads(args.dask_job)
         print(json.dumps(timed_on_dask(command, warm=path)))
