@@ -9,14 +9,14 @@ numeric value, and three coded columns with structure (b depends on a, c on b) f
 hard shape is 5 rows a user, where bounding to 5 keeps most rows; at 20 rows a user it drops three in four.
 Each job runs as its own process, with --privacy-unit user_id --max-rows-per-unit 5:
   (c) pyarrow + numpy, non-private: read the item column, bincount (the baseline of issue 15)
-  (b) the same bounding in numpy, one process, not private: read both columns, one sort of a word a row
-      (user, OS random priority, item), each user's first 5, bincount (``numpy_bounding``): the least
-      work an exact bounding does, on one core, without a pipeline's shuffle
+  (n) the same bounding in numpy, one process, not private: read user and item, one sort of a word a row
+      (user, OS random priority, item), each user's first 5, bincount (``numpy_bounding``): a single-sort
+      reference for select's work without a pipeline's shuffle (quantiles and synthesize read other columns)
   select      pipelines.select over the 1,000 items
   quantiles   pipelines.quantiles of the value (3 quantiles)
   synthesize  pipelines.synthesize of (a, b, c) by AIM: the counting pass, then a small model
   ... on Dask (with --dask) select, quantiles and synthesize above on Beam's Dask runner, each on a fresh
-              LocalCluster of 2 worker processes (1 thread each, warmed: they have imported a pipeline),
+              LocalCluster of 2 worker processes (1 thread each, warmed: they have imported the job's pipeline),
               --dask_npartitions 4; its peak RSS is the largest worker's (the job's own process and each
               worker's: the lines after the table)
 The jobs of a size run in turn, ``--repeats`` times over (so that each meets the machine in every state):
@@ -71,16 +71,19 @@ def generate(path: str, rows: int, rows_per_user: int) -> None:
 
 
 def numpy_bounding(path: str, max_rows: int = 5) -> None:
-    """(b): the same bounding in one process, numpy alone: not private, not a pipeline, what any exact one
-    must do at least. Each row's word packs its user (less the least), a random priority from the OS and its
-    item; one sort of the words groups each user's rows by priority, a user keeps its first ``max_rows``, and
-    the kept items are counted. Ties of the truncated priorities go by item (a baseline, not a mechanism)."""
+    """(n): the same bounding in one process, numpy alone: not private, not a pipeline, a single-sort
+    reference for select's work. Each row's word packs its user (less the least), a random priority from
+    the OS and its item; one sort of the words groups each user's rows by priority, a user keeps its first
+    ``max_rows``, and the kept items are counted. Ties of the truncated priorities go by item (a reference,
+    not a mechanism); it needs the bench's own table (users spanning under 2^34, items in the candidates)."""
     table = pq.read_table(path, columns=["user_id", "item"])
     users, items = (table.column(name).to_numpy() for name in ("user_id", "item"))
     del table
-    user_bits = max(1, int(users.max() - users.min()).bit_length())
+    user_bits = max(1, (int(users.max()) - int(users.min())).bit_length())
     item_bits = (CANDIDATES - 1).bit_length()
     priority_bits = min(32, 64 - user_bits - item_bits)
+    if priority_bits < 20 or items.min() < 0 or items.max() >= CANDIDATES:
+        raise ValueError("numpy_bounding packs the bench's table: users spanning under 2^34, items in range")
     priorities = np.frombuffer(os.urandom(4 * users.size), np.uint32) >> np.uint32(32 - priority_bits)
     words = (users - users.min()).astype(np.uint64) << np.uint64(priority_bits + item_bits)
     words |= priorities.astype(np.uint64) << np.uint64(item_bits)
@@ -102,7 +105,7 @@ def timed_on_dask(command: list[str], warm: str) -> tuple[float, float, str]:
     2-worker LocalCluster (``cluster_for``), each process sampled every 50 ms."""
     import psutil
 
-    with cluster_for("dask") as (flags, pids):
+    with cluster_for("dask", warm=command[command.index("-m") + 1]) as (flags, pids):
         read_through(warm)
         # the two workers: the largest of the cluster's processes (each has imported Beam and the pipeline)
         workers = sorted(map(psutil.Process, pids), key=lambda p: p.memory_info().rss)[-2:]
@@ -132,7 +135,7 @@ def measure(rows: int, per_user: int, workdir: str, repeats: int, measured: Meas
     out = os.path.join(workdir, "bounding_release.json")
     jobs = {
         "(c) pyarrow+numpy count, not private": [python, "-m", "benchmarks.bench_select", "--numpy-count", path],
-        "(b) numpy bounding, one process": [python, "-m", "benchmarks.bench_bounding", "--numpy-bounding", path],
+        "(n) numpy bounding, one process": [python, "-m", "benchmarks.bench_bounding", "--numpy-bounding", path],
         "select": [python, "-m", "pipelines.select", "--input", path, "--column", "item",
                    "--candidate-range", f"0:{CANDIDATES}", "--output", out, *unit],
         "quantiles": [python, "-m", "pipelines.quantiles", "--input", path, "--column", "value",

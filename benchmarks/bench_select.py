@@ -129,9 +129,9 @@ def read_through(path: str) -> None:
 
 
 @contextlib.contextmanager
-def cluster_for(runner: str) -> Iterator[tuple[list[str], list[int]]]:
+def cluster_for(runner: str, warm: str = "pipelines.select") -> Iterator[tuple[list[str], list[int]]]:
     """(the job's runner flags, the pids of the processes it runs on besides its own) for one job; on Dask,
-    a fresh LocalCluster of 2 worker processes, 1 thread each, shut down after the job."""
+    a fresh LocalCluster of 2 worker processes, 1 thread each, that have imported ``warm``, shut down after the job."""
     if runner != "dask":
         yield RUNNERS[runner], []
         return
@@ -143,7 +143,7 @@ def cluster_for(runner: str) -> Iterator[tuple[list[str], list[int]]]:
     ) as cluster:
         with distributed.Client(cluster) as client:
             client.wait_for_workers(2)
-            client.run(importlib.import_module, "pipelines.select")  # warm, as a cluster in use would be
+            client.run(importlib.import_module, warm)  # the job's module, as a cluster in use would have it
         pids = [p.pid for p in psutil.Process().children(recursive=True)]  # the nannies and their workers
         yield [*RUNNERS[runner], "--dask_client_address", cluster.scheduler_address], pids
 

@@ -14,13 +14,15 @@ gets all of Beam, since it may meet a gs:// path later.
 
 Memory: glibc gives each thread that allocates an arena of its own (up to 8 a core), and memory freed in one
 arena serves no other. The DirectRunner's shuffle is built by one thread and read by another, so each holds
-its own high-water mark: 10^8 rows bounded by user (quantiles, 5 rows a user) peaked at 3.06 GB, and at
-2.3 GB in the same time with two arenas (``limit_malloc_arenas``; docs/benchmarks.md).
+its own high-water mark: 10^8 rows bounded by user (quantiles, 5 rows a user) held 2.75 GB after a peak
+of 3.06 GB; with two arenas (``limit_malloc_arenas``) 2.2 to 2.3 GB, in the same time, the peak 2.6 GB in
+the bench's median (2.6 to 3.2 over runs: docs/benchmarks.md). A limit the operator set
+(MALLOC_ARENA_MAX, GLIBC_TUNABLES) stays theirs.
 """
 
 from __future__ import annotations
 
-import ctypes
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -40,7 +42,7 @@ GOOGLE_CLOUD_MODULES = (
 # Runners that need none of them: the DirectRunner (in-process or multi-process) and the Dask runner.
 LOCAL_RUNNERS = ("DirectRunner", "DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
 COMMAND_NAMES = ("beam-expmech",)
-MALLOC_ARENAS = 2  # the main thread's, and one that every other thread shares
+MALLOC_ARENAS = 2  # glibc hands threads the arenas in turn, the main one first
 _M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
 
 
@@ -81,9 +83,21 @@ def skip_unused_google_cloud(argv: Sequence[str]) -> bool:
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """At most ``arenas`` glibc malloc arenas in this process from now on (as MALLOC_ARENA_MAX would set at
-    its start): threads started later share them, so memory one thread frees serves the others. Returns
-    whether it took effect (not on a C library other than glibc)."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    """At most ``arenas`` glibc malloc arenas in this process (as MALLOC_ARENA_MAX would set at its start),
+    and MALLOC_ARENA_MAX for the processes it starts (the DirectRunner's multi-process workers): threads
+    share them, so memory one thread frees serves the others. It matters only before threads allocate
+    (glibc fixes its limit when it first needs one), so call it first. Returns whether glibc took the
+    setting: not elsewhere (musl, macOS, Windows), and not where the operator set a limit of their own."""
+    if "MALLOC_ARENA_MAX" in os.environ or "malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
-    return bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas))
+    try:
+        if platform.system() != "Linux" or not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+        import ctypes
+
+        accepted = bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas))
+    except (ImportError, OSError, AttributeError, ValueError):  # no ctypes, no glibc symbol: nothing to limit
+        return False
+    if accepted:
+        os.environ["MALLOC_ARENA_MAX"] = str(arenas)
+    return accepted

@@ -4,6 +4,7 @@ out of a command on local paths and local runners, and kept for everything else.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -66,7 +67,8 @@ def test_a_command_on_local_paths_releases_without_importing_google_cloud(tmp_pa
 
 
 # Threads that each allocate and hold memory at once, then the number of malloc arenas (glibc's malloc_info:
-# one <heap> a non-main arena, beside the main one). ``{setup}`` runs first, before any thread starts.
+# one <heap> an arena, the main one too) and MALLOC_ARENA_MAX as the processes it starts would see it.
+# ``{setup}`` runs first, before any thread starts.
 ARENAS = """
 import ctypes, os, sys, tempfile, threading
 {setup}
@@ -84,21 +86,36 @@ path = os.path.join(tempfile.mkdtemp(), "malloc.xml")
 stream = libc.fopen(path.encode(), b"w")
 libc.malloc_info(0, ctypes.c_void_p(stream))
 libc.fclose(ctypes.c_void_p(stream))
-print(open(path).read().count("<heap nr="))
+print(open(path).read().count("<heap nr="), os.environ.get("MALLOC_ARENA_MAX"))
 """
+# The allocator's settings of the environment the tests run in (a CI image may set them) are left out.
+ALLOCATOR = ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "LD_PRELOAD")
 
 
-def _arenas(setup: str) -> int:
-    run = subprocess.run([sys.executable, "-c", ARENAS.format(setup=setup)], capture_output=True, text=True, timeout=60)
+def _arenas(setup: str, **env: str) -> tuple[int, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ALLOCATOR}
+    run = subprocess.run([sys.executable, "-c", ARENAS.format(setup=setup)], capture_output=True, text=True,
+                         timeout=60, env={**clean, **env})  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
-    return int(run.stdout)
+    arenas, children = run.stdout.split()
+    return int(arenas), children
+
+
+def _as_command(argv: str) -> str:
+    return f"import sys; sys.orig_argv[:] = [sys.executable, {argv}]; import pipelines"
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's limit: elsewhere a command runs as before")
 def test_a_command_shares_few_malloc_arenas_among_its_threads():
-    assert _arenas("") > startup.MALLOC_ARENAS  # unlimited: threads that allocate at once get arenas of their own
-    assert _arenas("from pipelines import startup; assert startup.limit_malloc_arenas()") <= startup.MALLOC_ARENAS
-    # A process launched as a command sets it when it imports the package, before Beam starts a thread.
-    command = "import sys; sys.orig_argv[:] = [sys.executable, '-m', 'pipelines.select']; import pipelines"
-    assert _arenas(command) <= startup.MALLOC_ARENAS
-    assert _arenas("import pipelines") > startup.MALLOC_ARENAS  # a program that imports the package: its own choice
+    limit = startup.MALLOC_ARENAS
+    assert _arenas("")[0] > limit  # unlimited: threads that allocate at once get arenas of their own
+    assert _arenas("from pipelines import startup; assert startup.limit_malloc_arenas()") == (limit, str(limit))
+    # A process launched as a command sets it when it imports the package, before Beam starts a thread, and
+    # passes it on to the processes it starts (the DirectRunner's multi-process workers).
+    for command in ("'-m', 'pipelines.select'", "'/venv/bin/beam-expmech', 'select'"):
+        assert _arenas(_as_command(command)) == (limit, str(limit)), command
+    arenas, children = _arenas("import pipelines")  # a program that imports the package: its own choice
+    assert arenas > limit and children == "None"
+    # An operator's own limit stays theirs.
+    assert _arenas(_as_command("'-m', 'pipelines.select'"), MALLOC_ARENA_MAX="6") == (6, "6")
+    assert _arenas(_as_command("'-m', 'pipelines.select'"), GLIBC_TUNABLES="glibc.malloc.arena_max=5")[0] == 5
