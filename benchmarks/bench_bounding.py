@@ -175,7 +175,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dask", action="store_true", help="the three jobs on Beam's Dask runner too (2 workers)")
     parser.add_argument("--dask-job", help=argparse.SUPPRESS)  # [command, file]: timed_on_dask, in this process
-    parser.add_argument("--numpy-bounding", help=argparse.SUPPRESS)  # a file: (b), in this process
+    parser.add_argument("--numpy-bounding", help=argparse.SUPPRESS)  # a file: (n), in this process
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "beam_expmech_bench"))
     args = parser.parse_args()
     if args.numpy_bounding:

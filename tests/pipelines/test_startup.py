@@ -1,5 +1,5 @@
-"""What a command pays before its first row (pipelines/startup.py): Beam's Google Cloud modules are left
-out of a command on local paths and local runners, and kept for everything else."""
+"""How a command's process starts (pipelines/startup.py): Beam's Google Cloud modules are left out of a
+command on local paths and local runners, and kept for everything else; its threads share two malloc arenas."""
 
 from __future__ import annotations
 
