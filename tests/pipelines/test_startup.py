@@ -105,7 +105,10 @@ def _as_command(argv: str) -> str:
     return f"import sys; sys.orig_argv[:] = [sys.executable, {argv}]; import pipelines"
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's limit: elsewhere a command runs as before")
+@pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc",
+    reason="malloc arenas are glibc's: on musl, macOS or Windows a command leaves the allocator as it is",
+)
 def test_a_command_shares_few_malloc_arenas_among_its_threads():
     limit = startup.MALLOC_ARENAS
     assert _arenas("")[0] > limit  # unlimited: threads that allocate at once get arenas of their own
