@@ -39,7 +39,9 @@ def _real(value: object, name: str) -> float:
 
 @dataclass(frozen=True)
 class NumericGrid:
-    """``bins`` equal-width bins over [``lower``, ``upper``] (public); ``integer``: the column holds integers.
+    """``bins`` equal-width bins over [``lower``, ``upper``] (public); ``integer``: the column holds integers
+    (True) or floats (False); None where nobody said, which is read as floats unless the input's schema says
+    integers (``releases.domains.with_input_types``).
 
     ``cuts``: the bins - 1 inner edges, when they are not equal-width (edges released privately,
     pipelines.synthesize's "bins": "private"): increasing, strictly inside (lower, upper).
@@ -51,7 +53,7 @@ class NumericGrid:
     lower: int | float
     upper: int | float
     bins: int
-    integer: bool = False
+    integer: bool | None = None
     cuts: tuple[float, ...] | None = None
 
     def __post_init__(self):
@@ -80,7 +82,7 @@ class NumericGrid:
                                  "(fewer bins, or a float column)")  # fmt: skip
 
     @classmethod
-    def near(cls, lower: float, upper: float, bins: int, *, integer: bool, points: np.ndarray) -> NumericGrid:
+    def near(cls, lower: float, upper: float, bins: int, *, integer: bool | None, points: np.ndarray) -> NumericGrid:
         """A grid whose bins - 1 inner edges lie near ``points`` (released quantiles): post-processing, vectorised.
         Each point is snapped onto a public lattice (the integers for an integer column, so that every bin holds
         one, else FLOAT_LATTICE equal steps of [lower, upper]), then moved the least to make the edges increase

@@ -127,6 +127,10 @@ class Ledger:
         """The dataset's budget and releases, as stored."""
         return self._dataset(self._store.read()[0], dataset_id)
 
+    def datasets(self) -> dict[str, dict]:
+        """Every dataset's budget and releases, as stored, by id (read once; none in an empty or missing ledger)."""
+        return self._store.read()[0]["datasets"]
+
     @contextlib.contextmanager
     def charged(self, dataset_id: str, release: Release, **details) -> Iterator[str]:
         """Reserve ``release``, run the block, then mark it done, or failed if the block raises."""
@@ -169,6 +173,8 @@ def _parse(data: bytes | None, path: str) -> dict:
         raise LedgerError(f"{path}: not a valid ledger (not JSON)") from None
     if not isinstance(document, dict) or document.get("version") != _VERSION:
         raise LedgerError(f"{path}: not a ledger of version {_VERSION}")
+    if not isinstance(document.get("datasets"), dict):
+        raise LedgerError(f"{path}: not a valid ledger (no datasets)")
     return document
 
 

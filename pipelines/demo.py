@@ -49,7 +49,7 @@ def generate(path: str, rows: int, seed: int = 2026) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = flags.ArgumentParser(prog="python -m pipelines.demo", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(command="demo", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="generated purchases (default 10^6)")
     parser.add_argument("--epsilon", type=float, default=1.0, help="the privacy guarantee (default 1)")
     parser.add_argument(

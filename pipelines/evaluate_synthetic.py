@@ -170,7 +170,7 @@ def _kind(value: int | tuple[str, ...] | NumericGrid) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = flags.ArgumentParser(prog="python -m pipelines.evaluate_synthetic", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(command="evaluate_synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("real")
     parser.add_argument("domain")
     parser.add_argument("synthetic")

@@ -16,10 +16,19 @@ def add_input_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="a file, a glob, or gs://bucket/path (Parquet, CSV or Avro)")
     parser.add_argument("--format", choices=readers.FORMATS, help="the input format (default: from the file extension)")
     parser.add_argument(
+        "--delimiter", default=",", type=_delimiter, help="CSV only: the character between fields (default ','; "
+        "';', '|', or '\\t' for a tab)",
+    )  # fmt: skip
+    parser.add_argument(
         "--dead-letter",
         help="where to keep rejected rows, with the reason (CSV, local or gs://): raw data, an operator's file; "
         "refused inside --output's folder (default: none kept, only counted)",
     )
+
+
+def _delimiter(text: str) -> str:
+    """--delimiter's value: a tab for '\\t' as a shell passes it (two characters), or for 'tab'."""
+    return "\t" if text in ("\\t", "tab") else text
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -29,14 +38,26 @@ class ArgumentParser(argparse.ArgumentParser):
     Flex Template parameter names use underscores. Every command takes ``--log-level``. Flags are
     taken by their whole names (no abbreviation), and ``parse_known_args`` refuses what is neither
     a flag of the command nor one of Beam's pipeline options, before anything is read or spent.
+    ``command`` (the pipeline's name) names the program in the usage line and errors: ``prog_of``.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, command: str | None = None, **kwargs):
+        if command is not None:
+            kwargs["prog"] = self.prog_of(command)
         epilog = "Flags are taken by their whole names. Beam's pipeline options (--runner, ...) pass through to Beam."
         super().__init__(*args, allow_abbrev=False, epilog=kwargs.pop("epilog", epilog), **kwargs)
         self.add_argument(
             "--log-level", choices=LOG_LEVELS, default="INFO", help="what to log on stderr (default INFO)"
         )
+
+    @staticmethod
+    def prog_of(command: str) -> str:
+        """How the user started ``command``: ``beam-expmech COMMAND`` (dashes) when this process is the
+        ``beam-expmech`` script or ``python -m pipelines.cli``, else ``python -m pipelines.COMMAND`` (underscores)."""
+        main_module = getattr(sys.modules.get("__main__"), "__spec__", None)
+        if sys.argv[0].rsplit("/", 1)[-1] == "beam-expmech" or getattr(main_module, "name", "") == "pipelines.cli":
+            return f"beam-expmech {command.replace('_', '-')}"
+        return f"python -m pipelines.{command.replace('-', '_')}"
 
     def parse_known_args(self, args=None, namespace=None):
         """(the command's flags, Beam's options); anything else is a usage error (one line, exit 2), and so is a
@@ -95,7 +116,8 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
 def declared_release(args: argparse.Namespace, query: Query, *, delta: float = 0.0,
                      max_keys: int | None = None) -> PrivateRelease:  # fmt: skip
     """The release the shared flags (input, privacy unit, budget, output, dead letter) declare around ``query``."""
-    return PrivateRelease(source=Files(args.input, args.format), query=query, output=args.output,
+    source = Files(args.input, args.format, delimiter=args.delimiter)
+    return PrivateRelease(source=source, query=query, output=args.output,
                           unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit, max_keys),
                           budget=Budget(args.epsilon, delta, args.budget_ledger, args.dataset_id),
                           dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip

@@ -26,7 +26,7 @@ from pipelines import console, flags
 
 def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = flags.ArgumentParser(prog="python -m pipelines.learn", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(command="learn", description=__doc__.splitlines()[0])
     flags.add_input_flags(parser)
     parser.add_argument("--features", required=True, help="comma-separated bit columns x_1 .. x_d")
     parser.add_argument("--label", required=True, help="the bit column y")

@@ -23,7 +23,7 @@ from pipelines import console, flags
 
 def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = flags.ArgumentParser(prog="python -m pipelines.quantiles", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(command="quantiles", description=__doc__.splitlines()[0])
     flags.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the numeric column")
     parser.add_argument("--lower", type=float, required=True, help="public lower end of the range")

@@ -34,7 +34,7 @@ from pipelines import console, flags
 
 def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = flags.ArgumentParser(prog="python -m pipelines.select", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(command="select", description=__doc__.splitlines()[0])
     flags.add_input_flags(parser)
     parser.add_argument("--column", required=True, help="the column whose values are the candidates")
     candidates = parser.add_mutually_exclusive_group()

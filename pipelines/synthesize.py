@@ -42,7 +42,7 @@ AIM_DELTA = 1e-9
 
 def build_parser() -> flags.ArgumentParser:
     """The command line (also read by the Dataflow template tests)."""
-    parser = flags.ArgumentParser(prog="python -m pipelines.synthesize", description=__doc__.splitlines()[0])
+    parser = flags.ArgumentParser(command="synthesize", description=__doc__.splitlines()[0])
     flags.add_input_flags(parser)
     parser.add_argument(
         "--domain",

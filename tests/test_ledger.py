@@ -47,6 +47,23 @@ def test_budget_is_set_once_and_every_release_is_recorded(tmp_path):
         ledger.reserve("other", Release.pure(0.1, "x"), pipeline="select", parameters={}, output=None)
 
 
+def test_datasets_are_every_dataset_as_stored_and_a_file_that_is_not_a_ledger_is_refused(tmp_path):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    assert ledger.datasets() == {}  # no file yet: none, and none created
+    assert not (tmp_path / "ledger.json").exists()
+    ledger.init("a", epsilon=1.0)
+    ledger.init("b", epsilon=2.0, delta=1e-6)
+    ledger.reserve("b", Release.zcdp(0.01, "aim"), pipeline="synthesize", parameters={"delta": 1e-6}, output=None)
+    stored = json.loads((tmp_path / "ledger.json").read_text())["datasets"]
+    assert ledger.datasets() == stored and list(stored) == ["a", "b"]
+    assert [r["rho"] for r in ledger.datasets()["b"]["releases"]] == [0.01]
+    for text, reason in (("not json", "not JSON"), ('{"version": 1}', "no datasets"), ("[]", "version")):
+        (tmp_path / "other.json").write_text(text)
+        with pytest.raises(LedgerError, match=reason) as raised:
+            Ledger(str(tmp_path / "other.json")).datasets()
+        assert isinstance(raised.value, ValueError)  # the command line's usage error: one line, exit code 2
+
+
 def test_a_reservation_survives_a_power_cut_the_file_then_its_folder_flushed_after_the_rename(tmp_path, monkeypatch):
     ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.init("d", epsilon=2.0)

@@ -23,7 +23,7 @@ _HEADER_LIMIT = 1 << 20  # a "header" longer than this is no header
 _LINE_END = re.compile(rb"\r\n|\n|\r")  # where pyarrow's parser ends a line
 
 
-def csv_header(handle, path: str) -> tuple[list[str], bytes]:
+def csv_header(handle, path: str, delimiter: str = ",") -> tuple[list[str], bytes]:
     """The names in the first line (UTF-8, an optional byte-order mark), and the bytes read past it."""
     data = b""
     while True:
@@ -36,7 +36,7 @@ def csv_header(handle, path: str) -> tuple[list[str], bytes]:
         data += piece
     header, rest = (data, b"") if end is None else (data[: end.start()], data[end.end() :])
     try:
-        (names,) = csv.reader([header.decode("utf-8-sig")], strict=True)
+        (names,) = csv.reader([header.decode("utf-8-sig")], delimiter=delimiter, strict=True)
     except (UnicodeDecodeError, csv.Error, ValueError):
         raise InputError(f"{path}: the first line is not a CSV header of UTF-8 text") from None
     return names, rest
@@ -57,22 +57,25 @@ def _line_chunks(handle, data: bytes) -> Iterator[bytes]:
             data = data[cut:]
 
 
-def csv_batches(handle, path: str, columns: Sequence[str], batch_rows: int) -> Iterator[pa.RecordBatch | MalformedRows]:
+def csv_batches(
+    handle, path: str, columns: Sequence[str], batch_rows: int, delimiter: str = ","
+) -> Iterator[pa.RecordBatch | MalformedRows]:
     """The needed columns as bytes (a wrong type or a bad encoding then costs a row, not the file),
-    one record per line; lines that are not one record of the header's width are set aside.
+    one record per line (fields split at ``delimiter``); lines that are not one record of the header's
+    width are set aside.
 
     A quote that opens a value and never closes it would, in any CSV parser, swallow the lines after
     it: one person's row would remove other people's. So a line never joins the next one: where
     pyarrow's parse of a chunk has fewer records than lines, each line with a quote is parsed alone.
     """
-    names, rest = csv_header(handle, path)
+    names, rest = csv_header(handle, path, delimiter)
     line = 2  # the header is line 1
     for chunk in _line_chunks(handle, rest):
         starts, stops, lines = _lines(chunk)
         numbers = line + np.flatnonzero(stops > starts)  # the file line of each non-empty line
-        parsed = _parse_csv(chunk, names, columns)
+        parsed = _parse_csv(chunk, names, columns, delimiter)
         if parsed is None or parsed[0].num_rows + len(parsed[1]) != numbers.size:
-            parsed = _parse_line_by_line(chunk, starts, stops, names, columns)
+            parsed = _parse_line_by_line(chunk, starts, stops, names, columns, delimiter)
         table, invalid = parsed
         yield from table.combine_chunks().to_batches(batch_rows)
         if invalid:
@@ -94,7 +97,7 @@ def _lines(chunk: bytes) -> tuple[np.ndarray, np.ndarray, int]:
     return starts, np.maximum(stops, starts), ends.size
 
 
-def _parse_csv(data: bytes, names: list[str], columns: Sequence[str]):
+def _parse_csv(data: bytes, names: list[str], columns: Sequence[str], delimiter: str):
     """pyarrow's parse of ``data`` as (table of the needed columns, [(non-empty line index, problem)] for
     the records of the wrong width), or None where pyarrow cannot parse it (it decodes a malformed
     row to report it: one that is not UTF-8 text stops it)."""
@@ -103,7 +106,7 @@ def _parse_csv(data: bytes, names: list[str], columns: Sequence[str]):
         table = pacsv.read_csv(
             pa.BufferReader(data),
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False, block_size=len(data) + (1 << 20)),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=invalid),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True, invalid_row_handler=invalid),
             convert_options=pacsv.ConvertOptions(
                 include_columns=list(columns),
                 column_types={c: pa.binary() for c in columns},
@@ -116,7 +119,7 @@ def _parse_csv(data: bytes, names: list[str], columns: Sequence[str]):
     return table, invalid.rows
 
 
-def _parse_line_by_line(chunk: bytes, starts: np.ndarray, stops: np.ndarray, names, columns):
+def _parse_line_by_line(chunk: bytes, starts: np.ndarray, stops: np.ndarray, names, columns, delimiter: str):
     """The lines without a quote together (none of their values can run over lines), each line with a
     quote alone, and each line alone where pyarrow cannot parse them together."""
     quoted = np.zeros(starts.size, bool)
@@ -125,13 +128,13 @@ def _parse_line_by_line(chunk: bytes, starts: np.ndarray, stops: np.ndarray, nam
     nonempty = np.flatnonzero(stops > starts)
     plain = [i for i in nonempty.tolist() if not quoted[i]]
     alone = [[i] for i in nonempty.tolist() if quoted[i]]
-    together = _parse_csv(b"\n".join(chunk[starts[i] : stops[i]] for i in plain), names, columns)
+    together = _parse_csv(b"\n".join(chunk[starts[i] : stops[i]] for i in plain), names, columns, delimiter)
     groups = [plain] if together is not None else [[i] for i in plain]
     tables, invalid, rank = [], [], {i: r for r, i in enumerate(nonempty.tolist())}
     for group in sorted(groups + alone):
         parsed = together if group is plain and together is not None else None
         if parsed is None:
-            parsed = _parse_csv(chunk[starts[group[0]] : stops[group[0]]], names, columns)
+            parsed = _parse_csv(chunk[starts[group[0]] : stops[group[0]]], names, columns, delimiter)
         if parsed is None:
             invalid.append((rank[group[0]], "not one record (a row of the wrong width that is not UTF-8 text)"))
             continue

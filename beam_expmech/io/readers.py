@@ -62,7 +62,15 @@ def file_format(path: str, declared: str | None = None) -> str:
     return by_extension[extension]
 
 
-def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
+def check_delimiter(delimiter: str) -> str:
+    """``delimiter`` if it can separate a CSV file's fields (one ASCII character, not a quote or a line end),
+    else a ValueError."""
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or not delimiter.isascii() or delimiter in '"\r\n':
+        raise ValueError(f"a CSV delimiter is one ASCII character other than a quote or a line end, got {delimiter!r}")
+    return delimiter
+
+
+def column_types(path: str, fmt: str, delimiter: str = ",") -> dict[str, pa.DataType]:
     """Each column of a file and the type it is read as, from its footer, header or schema (not its
     rows): Parquet's own, bytes for every CSV column, the declared type for Avro (see ``_avro_type``)."""
     with _read_errors(path, fmt), FileSystems.open(path) as handle:
@@ -71,7 +79,7 @@ def column_types(path: str, fmt: str) -> dict[str, pa.DataType]:
         if fmt == "avro":
             types = _avro_types(fastavro.reader(handle))
             return {name: pa.string() if kind is None else kind for name, kind in types.items()}  # None: as text
-        return {name: pa.binary() for name in csv_header(handle, path)[0]}
+        return {name: pa.binary() for name in csv_header(handle, path, delimiter)[0]}
 
 
 def check_columns(
@@ -81,23 +89,26 @@ def check_columns(
     identities: Sequence[str] = (),
     kinds: Mapping[str, str] | None = None,
     labels: Mapping[str, Sequence[str]] | None = None,
+    delimiter: str = ",",
 ) -> dict[str, str]:
     """InputError naming the first file that lacks a needed column, cannot be read, names a needed
     column twice, types a needed column otherwise than the files before it (read as 5 in one file and
     as "5" or 5.0 in another, one privacy unit would be two), declares one of the ``identities``
     (privacy units) in an Avro type that is read as its text (see ``_check_fields``), or types a column
     so that no value can be read as its ColumnSpec kind in ``kinds`` wants, or equal the public ``labels``
-    it is matched against (``schema_conflict``: text where numbers are read). A CSV column, or an Avro
-    union read as text, holds text whatever its values: each is parsed as it comes. Returns each needed
-    column's type family (``type_family``), but for a column of nulls only in every file."""
+    it is matched against (``schema_conflict``: text where numbers are read). A CSV column (its fields split at
+    ``delimiter``), or an Avro union read as text, holds text whatever its values: each is parsed as it comes.
+    Returns each needed column's type family (``type_family``), but for a column of nulls only in every file."""
     first: dict[str, tuple[str, str]] = {}  # column -> (the first file that types it, its family)
     for path in files:
         path_format = file_format(path, fmt)
-        types = column_types(path, path_format)
+        if delimiter != "," and path_format != "csv":  # a delimiter given for nothing would be silently ignored
+            raise InputError(f"{path}: a delimiter is for CSV files, and this file is {path_format}")
+        types = column_types(path, path_format, delimiter)
         missing = [c for c in columns if c not in types]
-        if missing:
-            raise InputError(f"{path}: missing column {missing[0]!r}")  # not the others: a CSV header may be a row
-        read_as_text = _check_fields(path, path_format, columns, identities)
+        if missing:  # not the others: a CSV header may be a row
+            raise InputError(f"{path}: missing column {missing[0]!r}{_other_delimiter(types, delimiter)}")
+        read_as_text = _check_fields(path, path_format, columns, identities, delimiter)
         for column in columns:
             kind = (kinds or {}).get(column)
             conflict = None if kind is None or column in read_as_text else schema_conflict(
@@ -119,7 +130,16 @@ def check_columns(
     return {column: family for column, (_, family) in first.items()}
 
 
-def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Sequence[str]) -> set[str]:
+def _other_delimiter(names: Sequence[str], delimiter: str) -> str:
+    """Where a CSV header read as one column holds a common separator other than ``delimiter``, a hint
+    naming it (the header's names only, never a row)."""
+    found = [c for c in ";\t|," if c != delimiter and len(names) == 1 and c in next(iter(names))]
+    return f" (the header is one field holding {found[0]!r}: is that the delimiter? --delimiter)" if found else ""
+
+
+def _check_fields(
+    path: str, fmt: str, columns: Sequence[str], identities: Sequence[str], delimiter: str = ","
+) -> set[str]:
     """The file's columns read as text whatever their values (every CSV column; an Avro union of several
     types), after checking what column_types, one type per name, cannot tell of a file: a needed column
     named twice (which one is read would be up to the reader, and the job would fail after its charge),
@@ -128,7 +148,7 @@ def _check_fields(path: str, fmt: str, columns: Sequence[str], identities: Seque
     would be two units, its 5 and "5" one, and a fixed b"abc" in one file and bytes b"abc" in another two."""
     with _read_errors(path, fmt), FileSystems.open(path) as handle:
         if fmt == "csv":
-            names, read_as_text = csv_header(handle, path)[0], set()
+            names, read_as_text = csv_header(handle, path, delimiter)[0], set()
         elif fmt == "parquet":
             names, read_as_text = pq.read_schema(handle).names, set()
         else:
@@ -158,9 +178,12 @@ def splits(path: str, fmt: str) -> list[tuple[str, str, int | None]]:
     return [(path, fmt, None)]
 
 
-def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> Iterator[pa.RecordBatch | MalformedRows]:
+def read_split(
+    split: tuple[str, str, int | None], columns: Sequence[str], delimiter: str = ","
+) -> Iterator[pa.RecordBatch | MalformedRows]:
     """The record batches of one split, only the needed columns, streamed (never the whole file);
-    for CSV also the rows that could not be split into fields, set aside as ``MalformedRows``.
+    for CSV (fields split at ``delimiter``) also the rows that could not be split into fields, set aside as
+    ``MalformedRows``.
 
     A file that cannot be read is an InputError naming the file and the error's type only.
     """
@@ -170,7 +193,7 @@ def read_split(split: tuple[str, str, int | None], columns: Sequence[str]) -> It
         if fmt == "parquet":
             yield from pq.ParquetFile(handle).iter_batches(BATCH_ROWS, row_groups=[group], columns=columns)
         elif fmt == "csv":
-            yield from csv_batches(handle, path, columns, BATCH_ROWS)
+            yield from csv_batches(handle, path, columns, BATCH_ROWS, delimiter)
         else:
             # fastavro decodes a dict per row: Avro is the one format read row by row.
             reader = fastavro.reader(handle)

@@ -30,8 +30,8 @@ def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, par
             stack.enter_context(reservation)  # reads the ledger once: reserve, or refuse
         except UnknownDatasetError:
             raise ValueError(
-                f"dataset {budget.dataset_id!r} has no budget in {budget.ledger} (set one with: python -m pipelines."
-                f"ledger init --budget-ledger {budget.ledger} --dataset-id {budget.dataset_id} --epsilon E)"
+                f"dataset {budget.dataset_id!r} has no budget in {budget.ledger} (set one with: beam-expmech ledger "
+                f"init --budget-ledger {budget.ledger} --dataset-id {budget.dataset_id} --epsilon E)"
             ) from None
         yield  # the block's exception, if any, reaches the reservation: marked failed, charge kept
 

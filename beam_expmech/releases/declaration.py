@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 
 from beam_expmech import parameters
+from beam_expmech.io import readers
 from beam_expmech.io.validation import ColumnSpec
 
 
@@ -88,10 +89,15 @@ class Budget:
 @dataclass(frozen=True)
 class Files:
     """Data in files: a path, a glob or gs://bucket/path of Parquet, CSV or Avro files (``format``: by the
-    extension unless given). Their schemas are checked against the release's columns before any budget."""
+    extension unless given; ``delimiter``: a CSV file's field separator, one ASCII character other than a quote
+    or a line end). Their schemas are checked against the release's columns before any budget."""
 
     pattern: str
     format: str | None = None
+    delimiter: str = ","
+
+    def __post_init__(self):
+        readers.check_delimiter(self.delimiter)
 
 
 @dataclass(frozen=True)

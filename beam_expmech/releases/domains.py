@@ -15,6 +15,7 @@ from beam_expmech.io.errors import InputError
 from beam_expmech.io.validation import ColumnSpec
 
 GRID_KEYS = ("lower", "upper", "bins")
+TYPES = {"integer": True, "float": False}  # a grid's optional "type": the column's numbers, whatever the input
 PRIVATE_KEYS = ("count", "share")  # with "bins": "private"
 MAX_PRIVATE_BINS = 64  # JointExp draws count - 1 quantiles together: seconds at 64, and the edges are rehearsed
 
@@ -23,7 +24,8 @@ MAX_PRIVATE_BINS = 64  # JointExp draws count - 1 quantiles together: seconds at
 class PrivateGrid:
     """A numeric column whose ``count`` bins over [``lower``, ``upper``] have edges at private quantiles of the
     column, released with ``share`` of the run's epsilon (public parameters; the edges are a release).
-    ``integer``: the column holds integers (from the input's schema). Checked when built, with a rehearsal
+    ``integer``: the column holds integers (declared, or from the input's schema; None: not yet known, as in
+    ``NumericGrid``). Checked when built, with a rehearsal
     of the edges' post-processing (``NumericGrid.near``), so that a grid the edges cannot make fails before
     any data is read or budget spent."""
 
@@ -31,7 +33,7 @@ class PrivateGrid:
     upper: int | float
     count: int
     share: float
-    integer: bool = False
+    integer: bool | None = None
 
     def __post_init__(self):
         if isinstance(self.count, bool) or not isinstance(self.count, int) or not 2 <= self.count <= MAX_PRIVATE_BINS:
@@ -64,14 +66,16 @@ def read_domain(path: str) -> Domain:
 
 def parse_domain(raw: object, path: str = "the domain") -> Domain:
     """{"column": number of codes} (values 0 .. n-1), {"column": ["label", ...]} or
-    {"column": {"lower": L, "upper": U, "bins": B}} (numbers, on B equal-width bins over [L, U]); ``path`` names
-    it in messages.
+    {"column": {"lower": L, "upper": U, "bins": B}} (numbers, on B equal-width bins over [L, U]; with
+    ``"type": "integer"`` or ``"float"``, the numbers the column holds in the input and in the output); ``path``
+    names it in messages.
 
     A labelled column holds the labels in the data and in the output; inside, each label is its
     position in the list. A numeric column holds numbers in the data and in the output; inside, each
     number is the code of its bin (values outside [L, U] clamped into the end bins). Every entry is
     checked here, in one place (a grid by ``NumericGrid``), before any data is read; a numeric
-    column's type (integer or float) comes from the input's schema (``with_input_types``).
+    column's type (integer or float), where the domain does not declare it, comes from the input's schema
+    (``with_input_types``).
     """
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{path}: not a JSON object of columns")
@@ -98,39 +102,54 @@ def parse_domain(raw: object, path: str = "the domain") -> Domain:
 
 def _grid(path: str, column: str, entry: dict) -> NumericGrid | PrivateGrid:
     keys = GRID_KEYS + PRIVATE_KEYS if entry.get("bins") == "private" else GRID_KEYS
-    unknown = [k for k in entry if k not in keys]
+    unknown = [k for k in entry if k not in (*keys, "type")]
     if unknown:
-        raise ValueError(f"{path}: column {column!r}: unknown key {unknown[0]!r} (a grid has {', '.join(keys)})")
+        raise ValueError(f"{path}: column {column!r}: unknown key {unknown[0]!r} (a grid has {', '.join(keys)} "
+                         "and may have type)")  # fmt: skip
     missing = [k for k in keys if k not in entry]
     if missing:
         raise ValueError(f"{path}: column {column!r}: the grid needs {missing[0]!r}")
+    declared = entry.get("type")
+    if declared is not None and (not isinstance(declared, str) or declared not in TYPES):
+        raise ValueError(f'{path}: column {column!r}: type must be "integer" or "float", got {declared!r}')
+    integer = None if declared is None else TYPES[declared]
     try:
         if entry["bins"] == "private":
-            return PrivateGrid(entry["lower"], entry["upper"], entry["count"], entry["share"])
-        return NumericGrid(entry["lower"], entry["upper"], entry["bins"])
+            return PrivateGrid(entry["lower"], entry["upper"], entry["count"], entry["share"], integer=integer)
+        return NumericGrid(entry["lower"], entry["upper"], entry["bins"], integer=integer)
     except ValueError as error:
         raise ValueError(f"{path}: column {column!r}: {error}") from None
 
 
-def with_input_types(domain: Domain, pattern: str, fmt: str | None, path: str) -> Domain:
-    """``domain`` (read from ``path``) with each numeric column's grid typed as the schema of the input files
-    (``pattern``, read as ``fmt``) types the column, no row read: integers stay integers (an integer grid,
-    checked to hold an integer in every bin), floating-point numbers floats, and a CSV column, text by
-    nature, is read as numbers (floats). A grid on a column the schema types otherwise (text in Parquet or
-    Avro, booleans) is an InputError. The domain as it is when it has no numeric column (no file opened)."""
+def with_input_types(domain: Domain, pattern: str, fmt: str | None, path: str, delimiter: str = ",") -> Domain:
+    """``domain`` (read from ``path``) with each numeric column's grid typed, no row read. A grid that declares
+    its type keeps it, and the schema of the input files (``pattern``, read as ``fmt``) must agree: integers
+    for "integer", floating-point numbers for "float" (a CSV column, text by nature, is parsed as declared).
+    Otherwise the schema decides: integers stay integers (an integer grid, checked to hold an integer in
+    every bin), floating-point numbers floats, and a CSV column is read as numbers (floats). A grid on a
+    column the schema types otherwise (text in Parquet or Avro, booleans), or otherwise than declared, is an
+    InputError. The domain as it is when it has no numeric column (no file opened)."""
     numeric = [c for c, v in domain.items() if isinstance(v, (NumericGrid, PrivateGrid))]
     if not numeric:
         return domain
     files = readers.match_files(pattern)
-    families = readers.check_columns(files, fmt, numeric)
+    families = readers.check_columns(files, fmt, numeric, delimiter=delimiter)
     csv = all(readers.file_format(f, fmt) == "csv" for f in files)
     typed = dict(domain)
     for column in numeric:
-        family = families.get(column)
+        family, declared = families.get(column), domain[column].integer
         if family not in (None, "integers", "floating-point numbers") and not (family == "text" and csv):
             raise InputError(f"{pattern}: column {column!r} holds {family}, but {path} gives it a numeric grid")
+        if (
+            declared is not None
+            and family in ("integers", "floating-point numbers")
+            and declared != (family == "integers")
+        ):
+            raise InputError(f"{pattern}: column {column!r} holds {family}, but {path} declares its type "
+                             f"{'integer' if declared else 'float'}")  # fmt: skip
         try:
-            typed[column] = dataclasses.replace(domain[column], integer=family == "integers")
+            integer = family == "integers" if declared is None else declared
+            typed[column] = dataclasses.replace(domain[column], integer=integer)
         except ValueError as error:
             raise ValueError(f"{path}: column {column!r}: {error}") from None
     return typed

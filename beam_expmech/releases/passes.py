@@ -84,7 +84,8 @@ def check_input(
         raise ValueError(f"{written[0]} is one of the input files: a run must not write over its data")
     identities = [s.name for s in specs if s.kind == "any"]
     labels = {**{s.name: s.labels for s in specs if s.labels}, **(labels or {})}  # a domain's labels are matched too
-    readers.check_columns(files, source.format, names, identities, {s.name: s.kind for s in specs}, labels)
+    kinds = {s.name: s.kind for s in specs}
+    readers.check_columns(files, source.format, names, identities, kinds, labels, delimiter=source.delimiter)
     return tuple(files)
 
 
@@ -104,7 +105,8 @@ def read_valid_batches(pipeline: beam.Pipeline, reading: Reading, specs: Sequenc
         checked = rows | "Validate" >> RowsToBatches(schema=specs, identity_types=reading.source.identity_types,
                                                      **extra)  # fmt: skip
     else:
-        batches = pipeline | "Read" >> ReadRecordBatches(reading.files, reading.source.format, specs)
+        read = ReadRecordBatches(reading.files, reading.source.format, specs, delimiter=reading.source.delimiter)
+        batches = pipeline | "Read" >> read
         checked = batches | "Validate" >> ValidateBatches(specs)
     if reading.dead_letter is None:
         return checked.good, None

@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import socket
 import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+    _BeamArgumentParser,
+)
 from apache_beam.runners.runner import create_runner
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+DATAFLOW_RUNNERS = ("DataflowRunner", "apache_beam.runners.dataflow.dataflow_runner.DataflowRunner")
+# How long the check before the charge waits for Cloud Storage to say whether --temp_location's bucket exists.
+GCS_CHECK_TIMEOUT = 10.0
 # Runners Beam ships but does not resolve by their short name (it answers "Unexpected pipeline runner").
 SHORT_NAMES = {"DaskRunner": DASK_RUNNER}
 # How long the check before the charge waits for the scheduler, unless --dask_connection_timeout says.
@@ -92,14 +101,16 @@ def check_runner(beam_args: Sequence[str]) -> None:
     answers (a ValueError for the user's mistakes, RunnerUnavailableError for a scheduler that does not).
 
     Without the check, Beam would find either only once the job is built, after the ledger reserved
-    the budget: the run would then be recorded as failed and its budget spent for nothing. Other
-    runners are left to themselves (the DirectRunner needs nothing; Dataflow checks its own project
-    and credentials when the job is submitted).
+    the budget: the run would then be recorded as failed and its budget spent for nothing. On Dataflow,
+    ``check_dataflow``. Other runners are left to themselves (the DirectRunner needs nothing).
     """
     if not is_dask(beam_args):
-        runner = pipeline_options(beam_args).view_as(StandardOptions).runner
+        options = pipeline_options(beam_args)
+        runner = options.view_as(StandardOptions).runner
         if isinstance(runner, str):
             create_runner(runner)  # "Unexpected pipeline runner: ...": a ValueError, exit code 2
+        if runner in DATAFLOW_RUNNERS:
+            check_dataflow(options.view_as(GoogleCloudOptions))
         return
     if importlib.util.find_spec("distributed") is None:
         raise ValueError("--runner DaskRunner needs Dask: pip install 'beam-expmech[dask]'")
@@ -120,6 +131,48 @@ def check_runner(beam_args: Sequence[str]) -> None:
         raise RunnerUnavailableError(
             f"the Dask scheduler at {dask.address} cannot be reached ({reason}); nothing was spent"
         ) from None
+
+
+def check_dataflow(gcp: GoogleCloudOptions) -> None:
+    """Before the charge, in seconds: that a Dataflow job has its project, region and a gs:// temp location (a
+    ValueError), and that Google Cloud credentials can be had and see the temp location's bucket
+    (RunnerUnavailableError). Beam itself finds a missing credential only after about two minutes of retries.
+    Under a storage emulator (STORAGE_EMULATOR_HOST, tests) the bucket is looked up anonymously there."""
+    missing = [flag for flag, value in (("--project", gcp.project), ("--region", gcp.region),
+                                        ("--temp_location", gcp.temp_location)) if not value]  # fmt: skip
+    if missing:
+        raise ValueError(f"--runner DataflowRunner needs {missing[0]} (and --project, --region, --temp_location "
+                         "gs://BUCKET/PATH); nothing was spent")  # fmt: skip
+    for flag, location in (("--temp_location", gcp.temp_location), ("--staging_location", gcp.staging_location)):
+        if location and not location.startswith("gs://"):
+            raise ValueError(f"{flag} must be gs://BUCKET/PATH on Dataflow, got {location!r}")
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        client = storage.Client.create_anonymous_client()
+    else:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        except DefaultCredentialsError:
+            raise RunnerUnavailableError(
+                "Dataflow: no Google Cloud credentials (gcloud auth application-default login, or "
+                "GOOGLE_APPLICATION_CREDENTIALS=KEY.json); nothing was spent"
+            ) from None
+        client = storage.Client(project=gcp.project, credentials=credentials)
+    bucket = gcp.temp_location[len("gs://") :].split("/", 1)[0]
+    try:
+        found = client.lookup_bucket(bucket, timeout=GCS_CHECK_TIMEOUT, retry=None)
+    except Exception as error:  # refused credentials, no network: the type only (a message may hold a token)
+        raise RunnerUnavailableError(
+            f"Dataflow: Cloud Storage could not be asked for --temp_location's bucket ({type(error).__name__}); "
+            "nothing was spent"
+        ) from None
+    if found is None:
+        raise RunnerUnavailableError(f"Dataflow: --temp_location's bucket {bucket!r} does not exist or these "
+                                     "credentials cannot see it; nothing was spent")  # fmt: skip
 
 
 def _host_and_port(address: str) -> tuple[str | None, int | None]:

@@ -106,7 +106,9 @@ class Synthesis:
             raise ValueError("max_keys bounds keys found in the data: with Synthesis it would do nothing")
         described = self.described()
         if isinstance(source, Files):  # integers stay integers; rows' types are not known before they are read
-            described = domains.with_input_types(described, source.pattern, source.format, self.domain_name)
+            described = domains.with_input_types(
+                described, source.pattern, source.format, self.domain_name, source.delimiter
+            )
         return PreparedSynthesis(self, unit, budget, seed, described)
 
 

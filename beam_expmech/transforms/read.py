@@ -41,12 +41,16 @@ class ReadRecordBatches(beam.PTransform):
     family in all (a unit read as 5 in one file and as "5" or 5.0 in another would be two units).
     """
 
-    def __init__(self, files: Sequence[str], fmt: str | None, columns: Sequence[str | ColumnSpec]):
+    def __init__(
+        self, files: Sequence[str], fmt: str | None, columns: Sequence[str | ColumnSpec], *, delimiter: str = ","
+    ):
         super().__init__()
+        self.delimiter = readers.check_delimiter(delimiter)
         specs = [c for c in columns if isinstance(c, ColumnSpec)]
         self.columns = [c.name if isinstance(c, ColumnSpec) else c for c in columns]
         identities = [s.name for s in specs if s.kind == "any"]
-        self.families = readers.check_columns(files, fmt, self.columns, identities, {s.name: s.kind for s in specs})
+        kinds = {s.name: s.kind for s in specs}
+        self.families = readers.check_columns(files, fmt, self.columns, identities, kinds, delimiter=delimiter)
         self.entries = [(path, readers.file_format(path, fmt)) for path in files]
         if len(self.entries) < _LISTED_FILES:
             self.entries = [split for entry in self.entries for split in readers.splits(*entry)]
@@ -57,7 +61,7 @@ class ReadRecordBatches(beam.PTransform):
             | "Files" >> beam.Create(self.entries)  # col: (path, format[, row group or None: a whole file])
             | "Splits" >> beam.FlatMap(_splits)  # col: (path, format, row group or None)
             | "Spread" >> beam.Reshuffle()
-            | "Read" >> beam.FlatMap(readers.read_split, columns=self.columns)  # col: RecordBatch
+            | "Read" >> beam.FlatMap(readers.read_split, self.columns, self.delimiter)  # col: RecordBatch
         )
         return mark(batches, FAMILIES, self.families)  # each column's type family, one in every file
 

@@ -3,8 +3,10 @@ package, and every pipeline builds and serialises its graph for the DataflowRunn
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +37,40 @@ def test_template_metadata_matches_the_command_line(pipeline):
         assert action.nargs != 0 and parameter["isOptional"] == (not action.required)
     required = {a.dest for a in parser._actions if a.required}
     assert required <= {p["name"] for p in stored["parameters"] if not p["isOptional"]}
+
+
+@pytest.mark.parametrize("pipeline", sorted(MODULES))
+def test_template_regexes_take_what_the_command_line_takes_and_refuse_the_rest(pipeline):
+    """Each parameter's regex (what Dataflow checks before a job starts) against the flag's own parser: a value
+    of the right shape passes both, a wrong one fails the regex."""
+    parser = MODULES[pipeline].build_parser()
+    good = {"float": ["1", "0.5", "-2.5e-3", ".5"], "int": ["3", "-1"], "gs": ["gs://my-bucket/data/*.parquet"],
+            "candidate_range": ["0:1000", "-5:5"], "quantiles": ["0.25,0.5,0.75", "0.5"],
+            "delimiter": [";", "|", "\\t", "tab"]}  # fmt: skip
+    bad = {"float": ["one", "1,5", ""], "int": ["2.5", "x"], "gs": ["/local/file.csv", "data.csv", "gs://"],
+           "candidate_range": ["0-1000", "a:b"], "quantiles": ["0.5,", "half"], "delimiter": [";;", ""]}  # fmt: skip
+    shaped = 0
+    for parameter in template_metadata.metadata(pipeline)["parameters"]:
+        if "regexes" not in parameter:
+            continue
+        (pattern,) = parameter["regexes"]
+        action = parser._option_string_actions[f"--{parameter['name']}"]
+        kind = (
+            "choices" if action.choices else getattr(action.type, "__name__", None)
+            if action.type in (int, float) else "gs" if pattern.startswith("^gs://") else parameter["name"]
+        )  # fmt: skip
+        if kind == "choices":
+            assert all(re.fullmatch(pattern, str(c)) for c in action.choices) and not re.fullmatch(pattern, "x")
+            continue
+        for value in good[kind]:
+            assert re.fullmatch(pattern, value), (parameter["name"], value)
+            if kind in ("float", "int"):
+                action.type(value)  # the command line takes it too
+        for value in bad[kind]:
+            assert not re.fullmatch(pattern, value), (parameter["name"], value)
+        shaped += 1
+    numeric = [a for a in parser._actions if a.type in (int, float) and a.help != argparse.SUPPRESS]
+    assert shaped >= len(numeric) + 2  # every number, and at least the input and output paths
 
 
 def test_the_wheel_holds_the_library_and_the_pipelines(tmp_path):
@@ -110,3 +146,61 @@ def test_the_template_launcher_runs_a_pipeline_as_a_module(tmp_path):
     )  # fmt: skip
     assert launched.returncode == 0, launched.stderr
     assert "dry run: no data read" in launched.stdout
+
+
+def test_the_images_install_step_installs_the_package_beside_the_images_beam(tmp_path):
+    """deploy/dataflow/install.sh, as the Dockerfile runs it in Beam's SDK image, here in a fresh interpreter
+    whose Beam (and every other dependency) is this environment's, as the image's Beam is the image's: nothing is
+    fetched (no index), Beam stays the version it was, and the installed package, not the source, imports."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("beam_expmech", "pipelines"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    image = tmp_path / "image"
+    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", str(image)], check=True)
+    site = next(image.glob("lib/python3.*/site-packages"))
+    beam_site = Path(beam.__file__).resolve().parents[1]
+    (site / "image_beam.pth").write_text(f"{beam_site}\n")  # the image's preinstalled Beam
+    env = {**os.environ, "PYTHON": str(image / "bin" / "python"), "PIP_NO_INDEX": "1",
+           "PIP_NO_BUILD_ISOLATION": "false"}  # fmt: skip
+    done = subprocess.run(["bash", str(ROOT / "deploy" / "dataflow" / "install.sh"), str(source)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"beam-expmech installed beside Apache Beam {beam.__version__}"
+    where = subprocess.run([str(image / "bin" / "python"), "-c", "import beam_expmech; print(beam_expmech.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert where.startswith(str(site))  # installed into the image, not read from the source
+
+
+def test_the_launcher_names_its_image_as_the_workers_container_unless_the_job_names_one():
+    from deploy.dataflow.launcher import with_sdk_container_image
+
+    image = "europe-west1-docker.pkg.dev/p/beam-expmech/select:abc123"
+    assert with_sdk_container_image(["--epsilon=1"], image) == ["--epsilon=1", f"--sdk_container_image={image}"]
+    assert with_sdk_container_image(["--sdk_container_image=other"], image) == ["--sdk_container_image=other"]
+    assert with_sdk_container_image(["--epsilon=1"], None) == ["--epsilon=1"]
+
+
+@pytest.mark.parametrize("optional", [{}, {"SERVICE_ACCOUNT": "jobs@p.iam.gserviceaccount.com", "NETWORK": "net",
+                                           "SUBNETWORK": "regions/europe-west1/subnetworks/sub",
+                                           "MACHINE_TYPE": "n2-standard-4", "MAX_WORKERS": "5"}])  # fmt: skip
+def test_run_sh_passes_the_operators_settings_to_gcloud(tmp_path, optional):
+    """run.sh with a gcloud on PATH that records its arguments: each setting given becomes its gcloud flag, and
+    none given, none is passed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gcloud").write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {tmp_path / "args"}\n')
+    (bin_dir / "gcloud").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PROJECT": "p", "REGION": "europe-west1",
+           "BUCKET": "b", **optional}  # fmt: skip
+    subprocess.run(["bash", str(ROOT / "deploy" / "dataflow" / "run.sh"), "select", "epsilon=1", "features=a,b"],
+                   env=env, check=True)  # fmt: skip
+    args = (tmp_path / "args").read_text().splitlines()
+    flags = {"SERVICE_ACCOUNT": "--service-account-email", "NETWORK": "--network", "SUBNETWORK": "--subnetwork",
+             "MACHINE_TYPE": "--worker-machine-type"}  # fmt: skip
+    for setting, flag in flags.items():
+        assert (args[args.index(flag) + 1] == optional[setting]) if setting in optional else flag not in args
+    assert args[args.index("--max-workers") + 1] == optional.get("MAX_WORKERS", "20")
+    assert args[args.index("--parameters") + 1] == "^~^epsilon=1~features=a,b"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from beam_expmech.io import readers
+from beam_expmech.io.errors import InputError
 from beam_expmech.io.validation import REASON, MalformedRows
+from beam_expmech.releases import Files
 
 SECRET = "secret-ssn-123-45-6789"
 
@@ -64,3 +67,39 @@ def test_csv_values_like_na_or_null_are_values(tmp_path):
     path.write_text('item,user\nNA,1\nnull,2\nNaN,3\n,4\n"",5\n')
     (batch,) = readers.read_split((str(path), "csv", None), ["item", "user"])
     assert batch.column("item").to_pylist() == [b"NA", b"null", b"NaN", None, None]
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_a_file_of_another_delimiter_reads_as_its_comma_separated_twin(tmp_path, delimiter):
+    rows = [["user", "item"], ["1", "a,b"], ["2", f'"x{delimiter}y"'], ["3", ""], ["4", "c"]]
+    path = tmp_path / "data.csv"
+    path.write_text("".join(delimiter.join(row) + "\n" for row in rows))
+    assert readers.check_columns([str(path)], None, ["user", "item"], delimiter=delimiter) == {
+        "user": "text",
+        "item": "text",
+    }
+    (batch,) = readers.read_split((str(path), "csv", None), ["user", "item"], delimiter)
+    assert batch.column("item").to_pylist() == [b"a,b", f"x{delimiter}y".encode(), None, b"c"]
+    assert batch.column("user").to_pylist() == [b"1", b"2", b"3", b"4"]
+
+
+def test_a_semicolon_file_read_with_commas_says_which_delimiter_it_seems_to_have(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text("user;item\n1;a\n")
+    with pytest.raises(
+        InputError, match="missing column 'user' \\(the header is one field holding ';': is that the delimiter"
+    ):
+        readers.check_columns([str(path)], None, ["user", "item"])
+
+
+def test_a_delimiter_for_a_file_that_is_not_csv_is_refused_not_ignored(tmp_path):
+    path = tmp_path / "data.parquet"
+    pq.write_table(pa.table({"user": [1], "item": ["a"]}), path)
+    with pytest.raises(InputError, match="a delimiter is for CSV files, and this file is parquet"):
+        readers.check_columns([str(path)], None, ["user", "item"], delimiter=";")
+
+
+@pytest.mark.parametrize("delimiter", ["", ";;", '"', "\n", "\r", "\u00e9", 5])
+def test_a_delimiter_is_one_ascii_character_that_is_no_quote_or_line_end(delimiter):
+    with pytest.raises(ValueError, match="a CSV delimiter is one ASCII character"):
+        Files("data.csv", delimiter=delimiter)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,10 +10,16 @@ from pathlib import Path
 import pytest
 from beam_data import purchases, write
 
-from beam_expmech.ledger import Ledger, LedgerError
+from beam_expmech.accounting import Release, epsilon_to_zcdp
+from beam_expmech.ledger import Ledger, LedgerError, budget_of
 from beam_expmech.releases import queries
-from pipelines import console, select
+from pipelines import cli, console, select
 from pipelines import ledger as ledger_cli
+
+SCRIPT = str(Path(sys.executable).with_name("beam-expmech"))  # the console script setup.py installs
+# A synthesize run's record: its (epsilon, delta) budget spent as the rho of that epsilon at that delta.
+EPSILON, DELTA = 0.75, 1e-6
+STORED = {"id", "time", "pipeline", "parameters", "label", "epsilon", "rho", "delta", "output", "status"}
 
 
 def test_pipelines_reserve_before_reading_and_exit_3_when_spent(tmp_path, capsys, monkeypatch):
@@ -38,10 +45,10 @@ def test_pipelines_reserve_before_reading_and_exit_3_when_spent(tmp_path, capsys
     # A dataset the ledger has no budget for: the command line says how to set one, the library does not.
     capsys.readouterr()
     assert console.run_cli(select.main, [*args[:-1], "unknown"]) == 2
-    assert "python -m pipelines.ledger init" in capsys.readouterr().err
+    assert f"beam-expmech ledger init --budget-ledger {path} --dataset-id unknown" in capsys.readouterr().err
     with pytest.raises(LedgerError, match="has no budget") as raised:
         Ledger(path).dataset("unknown")
-    assert "python -m" not in str(raised.value)
+    assert "python -m" not in str(raised.value) and "beam-expmech" not in str(raised.value)
 
 
 def test_the_console_script_runs_every_command(tmp_path):
@@ -70,3 +77,94 @@ def test_dry_run_prints_the_plan_and_spends_nothing(tmp_path, capsys):
     assert "no data read, nothing spent" in plan and "dataset 'shop' has 2 of epsilon=2 left" in plan
     assert '"loss_per_pick"' in plan and "cost: epsilon=1" in plan
     assert not out.exists() and Ledger(path).dataset("shop")["releases"] == []
+
+
+def _ledger_with_three_releases(path: str) -> None:
+    """Dataset "shop": a synthesize-like zCDP release (rho only) with its run's epsilon and delta in its
+    parameters, an exponential mechanism's, and a zCDP one whose parameters give no delta to convert at."""
+    init = ["ledger", "init", "--budget-ledger", path, "--dataset-id", "shop", "--epsilon", "2", "--delta", str(DELTA)]
+    assert cli.main(init) == 0
+    ledger = Ledger(path)
+    aim = Release.zcdp(epsilon_to_zcdp(EPSILON, delta=DELTA), "AIM")
+    with ledger.charged("shop", aim, pipeline="synthesize", parameters={"epsilon": EPSILON, "delta": DELTA},
+                        output="synthetic/"):  # fmt: skip
+        pass
+    ledger.reserve("shop", Release.exponential_mechanism(0.5), pipeline="select",
+                   parameters={"epsilon": 0.5, "delta": 0.0}, output="top.json")  # fmt: skip
+    ledger.reserve("shop", Release.zcdp(0.001, "AIM"), pipeline="synthesize", parameters={"epsilon": 5.0}, output=None)
+
+
+def test_show_states_the_epsilon_of_a_zcdp_release_at_its_runs_delta(tmp_path, capsys):
+    path = str(tmp_path / "ledger.json")
+    _ledger_with_three_releases(path)
+    capsys.readouterr()
+    assert cli.main(["ledger", "show", "--budget-ledger", path, "--dataset-id", "shop"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # time, pipeline, epsilon, ...: the zCDP release's epsilon derived from its rho and marked; none from
+    # parameters["epsilon"] alone (the third release's 5 is not shown)
+    assert [line.split()[2] for line in lines[1:4]] == [f"{EPSILON:g}*", "0.5", "-"]
+    assert lines[4].startswith("dataset 'shop': epsilon=2 delta=1e-06, spent ") and lines[4].endswith(", 3 releases")
+    assert lines[5].startswith("* ") and "rho" in lines[5] and len(lines) == 6
+    assert cli.main(["ledger", "show", "--budget-ledger", path, "--dataset-id", "shop", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    stored = Ledger(path).dataset("shop")
+    budget = budget_of(stored)
+    assert {key: shown[key] for key in ("dataset_id", "epsilon", "delta", "release_count")} == {
+        "dataset_id": "shop", "epsilon": 2.0, "delta": DELTA, "release_count": 3}  # fmt: skip
+    assert (shown["spent_epsilon"], shown["remaining_epsilon"], shown["remaining_delta"]) == (
+        budget.spent(), budget.remaining(), budget.remaining_delta())  # fmt: skip
+    aim, exponential, unconvertible = shown["releases"]
+    assert [{key: r[key] for key in STORED} for r in shown["releases"]] == stored["releases"]  # as stored
+    assert set(aim) == STORED | {"epsilon_at_delta", "stated_epsilon"} and aim["epsilon"] is None
+    assert aim["epsilon_at_delta"] == aim["stated_epsilon"] == pytest.approx(EPSILON, rel=1e-6)
+    assert (exponential["epsilon_at_delta"], exponential["stated_epsilon"]) == (None, 0.5)
+    assert (unconvertible["epsilon_at_delta"], unconvertible["stated_epsilon"]) == (None, None)
+
+
+def test_show_without_a_dataset_lists_every_dataset(tmp_path, capsys):
+    path = str(tmp_path / "ledger.json")
+    for argv in (["--budget-ledger", path], ["--budget-ledger", path, "--json"]):  # no ledger yet: nothing
+        assert cli.main(["ledger", "show", *argv]) == 0
+    empty, empty_json = capsys.readouterr().out.split("\n", 1)
+    assert empty.startswith("no datasets in ") and json.loads(empty_json) == []
+    assert not Path(path).exists()
+    _ledger_with_three_releases(path)
+    assert cli.main(["ledger", "init", "--budget-ledger", path, "--dataset-id", "new", "--epsilon", "1"]) == 0
+    capsys.readouterr()
+    assert cli.main(["ledger", "show", "--budget-ledger", path]) == 0
+    new, shop = capsys.readouterr().out.splitlines()
+    assert new == "dataset 'new': epsilon=1 delta=0, spent 0, remaining 1 (and 0 of delta), 0 releases"
+    assert shop.startswith("dataset 'shop': epsilon=2 delta=1e-06, spent ") and shop.endswith(", 3 releases")
+    assert cli.main(["ledger", "show", "--budget-ledger", path, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(d["dataset_id"], d["release_count"], d["spent_epsilon"]) for d in listed] == [
+        ("new", 0, 0.0), ("shop", 3, budget_of(Ledger(path).dataset("shop")).spent())]  # fmt: skip
+    assert listed[1]["remaining_epsilon"] == pytest.approx(2 - listed[1]["spent_epsilon"])
+    assert "releases" not in listed[1]
+
+
+def test_show_refuses_an_unknown_dataset_and_a_file_that_is_not_a_ledger_in_one_line(tmp_path, capsys):
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=1.0)
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    for argv, message in (
+        (["--budget-ledger", path, "--dataset-id", "nope"], "dataset 'nope' has no budget"),
+        (["--budget-ledger", path, "--dataset-id", "nope", "--json"], "dataset 'nope' has no budget"),
+        (["--budget-ledger", str(tmp_path / "data.csv")], "not a valid ledger"),
+        (["--budget-ledger", str(tmp_path / "data.csv"), "--dataset-id", "shop", "--json"], "not a valid ledger"),
+    ):
+        assert cli.main(["ledger", "show", *argv]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_the_console_script_prints_the_ledger_as_json_and_nothing_else(tmp_path):
+    path = str(tmp_path / "ledger.json")
+    _ledger_with_three_releases(path)
+    show = [SCRIPT, "ledger", "show", "--budget-ledger", path, "--json"]
+    shown = json.loads(
+        subprocess.run([*show, "--dataset-id", "shop"], capture_output=True, text=True, check=True).stdout
+    )
+    assert shown["releases"][0]["stated_epsilon"] == pytest.approx(EPSILON, rel=1e-6)
+    listed = json.loads(subprocess.run(show, capture_output=True, text=True, check=True).stdout)
+    assert listed == [{key: value for key, value in shown.items() if key != "releases"}]

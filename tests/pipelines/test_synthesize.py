@@ -339,6 +339,52 @@ def test_a_numeric_csv_column_is_read_as_numbers_and_written_as_floats(tmp_path)
     assert json.loads((tmp_path / "out" / "s.manifest.json").read_text())["numeric"]["x"]["type"] == "float"
 
 
+def test_a_declared_integer_column_of_a_csv_comes_out_as_integers_inside_its_bins(tmp_path):
+    """A CSV holds text: without a type its numbers come back as floats (35.641...); "type": "integer" reads
+    them as integers and draws integers inside their bins. A tab-separated file, --delimiter as a shell
+    passes a tab (two characters, a backslash and t)."""
+    rng = np.random.default_rng(8)  # test-only
+    ages = rng.integers(17, 92, 600)
+    rows = ["age\tc"] + [f"{a}\t{int(a > 50)}" for a in ages] + ["35.5\t0"]
+    (tmp_path / "d.tsv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "domain.json").write_text(json.dumps({"age": AGE | {"type": "integer"}, "c": 2}))
+    out = tmp_path / "out" / "s.csv"
+    args = ["--input", str(tmp_path / "d.tsv"), "--format", "csv", "--delimiter", "\\t", "--domain",
+            str(tmp_path / "domain.json"), "--epsilon", "2", "--method", "mwem", "--rounds", "2", "--seed", "4",
+            "--output", str(out), "--dead-letter", str(tmp_path / "s.dead_letter.csv")]  # fmt: skip
+    assert synthesize.main(args) == 0
+    age = pacsv.read_csv(out).column("age")
+    assert age.type == pa.int64() and len(age) > 0
+    grid = NumericGrid(17, 91, 16, integer=True)
+    first, last = grid.integer_ranges
+    codes = grid.codes(age.to_numpy())[0]
+    assert np.all((first[codes] <= age.to_numpy()) & (age.to_numpy() <= last[codes]))
+    dead = (tmp_path / "s.dead_letter.csv").read_text().splitlines()[1:]
+    assert dead == ['"35.5","0","age: not an integer"']
+    assert json.loads((tmp_path / "out" / "s.manifest.json").read_text())["numeric"]["age"]["type"] == "integer"
+
+
+@pytest.mark.parametrize(
+    "column,declared,message",
+    [
+        ("age", "float", "column 'age' holds integers, but"),  # integers declared float
+        ("income", "integer", "column 'income' holds floating-point numbers, but"),
+    ],
+)
+def test_a_column_typed_otherwise_than_declared_is_refused_before_the_charge(tmp_path, column, declared, message):
+    pq.write_table(numeric_table(100), tmp_path / "d.parquet")
+    grid = {"age": AGE, "income": INCOME}[column] | {"type": declared}
+    (tmp_path / "domain.json").write_text(json.dumps({column: grid, "c": 2}))
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=5.0, delta=1e-6)
+    args = {"--input": str(tmp_path / "d.parquet"), "--domain": str(tmp_path / "domain.json"), "--epsilon": "1",
+            "--output": str(tmp_path / "s.csv"), "--budget-ledger": ledger.path, "--dataset-id": "d"}  # fmt: skip
+    assert_usage_error(
+        "pipelines.synthesize", args, f"{message} {tmp_path / 'domain.json'} declares its type {declared}"
+    )
+    assert ledger.dataset("d")["releases"] == [] and not (tmp_path / "s.csv").exists()
+
+
 @pytest.mark.parametrize(
     "entry,message",
     [
@@ -355,6 +401,7 @@ def test_a_numeric_csv_column_is_read_as_numbers_and_written_as_floats(tmp_path)
         ({"lower": 17, "upper": 91}, "the grid needs 'bins'"),
         ({"lower": 17, "upper": 20, "bins": 10}, "holds no integer"),  # the input's age holds integers
         ({"lower": "17", "upper": 91, "bins": 2}, "lower must be a number"),
+        ({"lower": 17, "upper": 91, "bins": 2, "type": "int"}, 'type must be "integer" or "float", got \'int\''),
     ],
 )
 def test_a_bad_numeric_entry_stops_before_any_data_or_budget(tmp_path, entry, message):
