@@ -71,3 +71,15 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except (JobFailedError, RunnerUnavailableError) as error:
         print(f"error: {error}", file=sys.stderr)
         return JOB_ERROR
+
+
+def draw_progress(what: str, done: float, total: float) -> None:
+    """One line on the terminal's stderr, redrawn in place: ``what``, a bar, and how far (``done`` of ``total``
+    where both are whole numbers, else a share). The call with done >= total ends the line, so the summary
+    line after it starts on a line of its own (the bar is on stderr, the summary on stdout)."""
+    share = min(1.0, done / total) if total > 0 else 1.0
+    filled = round(30 * share)
+    whole = float(done).is_integer() and float(total).is_integer()
+    amount = f"{done:,.0f} of {total:,.0f}" if whole else f"{share:.0%}"
+    end = "\n" if done >= total else ""
+    print(f"\r{what} [{'#' * filled}{'.' * (30 - filled)}] {amount}", end=end, file=sys.stderr, flush=True)

@@ -83,24 +83,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return build_parser().parse_known_args(argv)
 
 
-def _progress_bar():
-    """A one-line bar on the terminal: the share of the budget AIM has spent."""
-
-    def show(share: float) -> None:
-        filled = round(30 * share)
-        print(f"\rAIM [{'#' * filled}{'.' * (30 - filled)}] {share:4.0%} of rho", end="", file=sys.stderr)
-        if share >= 1:
-            print(file=sys.stderr)
-
-    return show
-
-
 def declared(args: argparse.Namespace) -> PrivateRelease:
     """The release the flags declare."""
     query = Synthesis(read_domain(args.domain), method=args.method, columns=args.columns and args.columns.split(","),
                       degree=args.workload_degree, rows=args.rows, max_synthetic_rows=args.max_synthetic_rows,
                       rounds=args.rounds, domain_name=args.domain,
-                      progress=_progress_bar() if sys.stderr.isatty() else None)  # fmt: skip
+                      progress=console.draw_progress if sys.stderr.isatty() else None)  # fmt: skip
     if args.method != "aim" and args.delta is not None:
         raise ValueError(f"--delta is for aim: {args.method} is pure epsilon-DP")
     delta = (AIM_DELTA if args.delta is None else args.delta) if args.method == "aim" else 0.0

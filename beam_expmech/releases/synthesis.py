@@ -33,7 +33,7 @@ from beam_expmech.releases import domains
 from beam_expmech.releases.declaration import Budget, Files, PrivacyUnit, Rows
 from beam_expmech.releases.passes import CountingJob, Reading, built, counting_pipeline, read_back, run_pipeline
 from beam_expmech.releases.queries import release_fields
-from beam_expmech.synth import MAX_MEMORY
+from beam_expmech.synth import MAX_MEMORY, Progress
 from beam_expmech.transforms import GatherCounts, PrivateQuantiles, PrivateSynthesis
 from beam_expmech.transforms.quantiles import JOINT_BINS
 
@@ -51,7 +51,7 @@ class Synthesis:
     the workload's k-way marginals (aim, mwem); ``rows``: the synthetic rows (required for blr), or else the noisy
     size capped at ``max_synthetic_rows``; ``rounds``: mwem's rounds, aim's first rounds' share. Sensitivity,
     derived: a unit's K rows add at most K to the cells of each marginal. ``domain_name`` names the domain in
-    messages (its file); ``progress`` is told AIM's share of rho spent.
+    messages (its file); ``progress`` (``synth.Progress``) is told how far AIM's or MWEM's rounds are.
     """
 
     domain: Mapping
@@ -62,7 +62,7 @@ class Synthesis:
     max_synthetic_rows: int | None = None
     rounds: int | None = None
     domain_name: str = "the domain"
-    progress: Callable[[float], None] | None = None
+    progress: Progress | None = None
     pipeline: ClassVar[str] = "synthesize"
 
     def __post_init__(self):

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from beam_expmech import parameters
 from beam_expmech.accounting import Release
+
+Progress = Callable[[str, float, float], None]
+"""Told how far a generator is: (what, done, total), the last call with done == total. Only what the
+mechanism may release reaches it (rounds and the budget they spent), never a count; a terminal draws it."""
 
 
 @dataclass

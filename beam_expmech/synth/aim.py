@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +45,14 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms import discrete_gaussian
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
-from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
+from beam_expmech.synth import (
+    EXACT_CELL_BYTES,
+    Progress,
+    SynthesisResult,
+    check_memory,
+    check_workload,
+    workload_cells,
+)
 from beam_expmech.synth.compression import RARE, SMOOTHING, CompressedModel, DomainCompression
 from beam_expmech.synth.graphical_model import Columns, GraphicalModel, Measurement, model_cells
 
@@ -115,7 +122,7 @@ def aim(
     ordered: Collection[str] = (),
     smoothing: float = SMOOTHING,
     rng: RandomLike = None,
-    progress: Callable[[float], None] | None = None,
+    progress: Progress | None = None,
 ) -> SynthesisResult:
     """Run AIM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
 
@@ -128,7 +135,9 @@ def aim(
     Each refit runs at most ``iterations`` steps (the last one ``final_iterations``), and stops sooner once its
     steps gain less than ``tolerance`` nats of the measurements' log-likelihood each
     (``final_tolerance`` for the last: the released model); see ``GraphicalModel.fit``.
-    ``progress`` is called with the share of rho spent. Privacy: rho-zCDP with at most
+    ``progress`` is told the rho spent after each round, of rho (``Progress``; the last call: all of it: rho,
+    rho); the rounds depend on the noisy measurements only, which zCDP's composition counts as released.
+    Privacy: rho-zCDP with at most
     ``max_rows`` rows per unit.
 
     The 1-way shares and the rounds are defaults of 2026-12-02 (until then half of rho and 16 d),
@@ -180,7 +189,7 @@ def aim(
             sigma, epsilon = sigma / 2, epsilon * 2
         _LOG.debug("AIM measured %s with sigma %.4g; %.0f%% of rho spent", chosen, sigma, 100 * run.spent() / rho)
         if progress is not None:
-            progress(min(1.0, run.spent() / rho))
+            progress("AIM: rho spent", rho if last else min(run.spent(), rho), rho)
     measured = [m.columns for m in run.measurements]
     model = run.model if run.compression is None else CompressedModel(run.model, run.compression)
     return SynthesisResult(model, measured, run.releases, max(1, round(run.model.total)))

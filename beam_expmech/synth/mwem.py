@@ -35,7 +35,14 @@ from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.exponential import exponential_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
-from beam_expmech.synth import EXACT_CELL_BYTES, SynthesisResult, check_memory, check_workload, workload_cells
+from beam_expmech.synth import (
+    EXACT_CELL_BYTES,
+    Progress,
+    SynthesisResult,
+    check_memory,
+    check_workload,
+    workload_cells,
+)
 from beam_expmech.synth.sampling import allocate, split_cells
 
 _FIXED = 30  # model probabilities as integers in units of 2^-30 inside the scores
@@ -138,6 +145,7 @@ def mwem(
     one_way_share: float = 0.5,
     min_signal: float = 8.0,
     rng: RandomLike = None,
+    progress: Progress | None = None,
 ) -> SynthesisResult:
     """Run MWEM over the workload ``marginals`` ({columns: true counts shaped by their domains}).
 
@@ -148,7 +156,8 @@ def mwem(
     when even the smallest marginal's expected noise (cells times the Laplace scale, in L1)
     would exceed n~ / ``min_signal`` (a rule on public values); with none, the rest of the
     budget measures the 1-way marginals again. On small data this keeps MWEM from trading
-    good 1-way marginals for noise.
+    good 1-way marginals for noise. ``progress`` (``Progress``) is told each round run, of the rounds (a public
+    number), and all of them at the end (a round that would outgrow the memory cap stops the run sooner).
     Privacy: epsilon-DP (pure), with at most ``max_rows`` rows per unit.
     """
     epsilon = parameters.positive_finite(epsilon, "epsilon")
@@ -166,13 +175,17 @@ def mwem(
         size = run.measure_one_ways(rest)
     each = rest / (2 * rounds) if rounds else 0.0
     n = int(next(iter(marginals.values())).sum())  # used inside the score only
-    for _ in range(rounds):
+    for done in range(rounds):
         candidates = [c for c in workload if run.model.merged_size(c) <= max_cells]
         if not candidates:  # every useful marginal would outgrow the memory cap: stop spending
             break
         chosen = run.select(candidates, n=n, epsilon=each)
         noisy = run.measure(chosen, epsilon=each)
         run.update(chosen, noisy, scale=max_rows / each, size=size)
+        if progress is not None and done + 1 < rounds:
+            progress("MWEM: rounds", done + 1, rounds)
+    if progress is not None:
+        progress("MWEM: rounds", max(rounds, 1), max(rounds, 1))
     return SynthesisResult(run.model, run.measured, run.releases, max(1, round(size)))
 
 

@@ -27,7 +27,7 @@ from beam_expmech.grids import NumericGrid
 from beam_expmech.io import writers
 from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
-from beam_expmech.synth import MAX_MEMORY, aim, blr, mwem, row_fitting
+from beam_expmech.synth import MAX_MEMORY, Progress, aim, blr, mwem, row_fitting
 from beam_expmech.synth.row_fitting import synthetic_rows
 from beam_expmech.transforms import lineage
 
@@ -100,7 +100,7 @@ class PrivateSynthesis(beam.PTransform):
         grids: dict[str, NumericGrid] | None = None,
         elsewhere: Sequence[Release] = (),
         seed: int | None = None,
-        progress: Callable[[float], None] | None = None,
+        progress: Progress | None = None,
     ):
         super().__init__()
         if method not in METHODS:
@@ -214,9 +214,8 @@ class PrivateSynthesis(beam.PTransform):
                              ordered=self.grids.keys(), rng=self.seed, progress=self.progress)  # fmt: skip
             details = {}
         else:
-            result = mwem.mwem(
-                workload, self.domain, epsilon=self.epsilon, rounds=self.rounds, max_rows=self.max_rows, rng=self.seed
-            )
+            result = mwem.mwem(workload, self.domain, epsilon=self.epsilon, rounds=self.rounds, max_rows=self.max_rows,
+                               rng=self.seed, progress=self.progress)  # fmt: skip
             # The rounds run: MWEM runs fewer than asked where the noisy size cannot carry them (post-processing)
             details = {"rounds": len(result.measured), "rounds_asked": self.rounds}
         rows = self.rows or min(result.rows, self.max_synthetic_rows)  # a public cap on a released size

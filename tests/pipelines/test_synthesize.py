@@ -22,9 +22,10 @@ from beam_expmech.io import writers
 from beam_expmech.ledger import Ledger, budget_of
 from beam_expmech.predicates import HistogramCounts
 from beam_expmech.releases import JobFailedError, synthesis
+from beam_expmech.synth import aim, mwem
 from beam_expmech.transforms import PrivateQuantiles
 from beam_expmech.transforms.quantiles import JOINT_BINS
-from pipelines import evaluate_synthetic, synthesize
+from pipelines import console, evaluate_synthetic, synthesize
 
 NLTCS = DATA / "nltcs"
 
@@ -252,12 +253,34 @@ def test_a_bad_domain_file_is_one_line(tmp_path, domain):
     assert_usage_error("pipelines.synthesize", args, "domain.json")
 
 
-def test_progress_bar_draws_the_share_spent(capsys):
-    show = synthesize._progress_bar()
-    show(0.5)
-    show(1.0)
-    err = capsys.readouterr().err
-    assert "\rAIM [" + "#" * 15 + "." * 15 + "]  50% of rho" in err and err.endswith("100% of rho\n")
+def test_the_progress_bar_redraws_one_line_and_ends_it_at_the_last_call(capsys):
+    console.draw_progress("AIM: rho spent", 0.25, 0.5)
+    console.draw_progress("MWEM: rounds", 3, 10)
+    assert capsys.readouterr().err == ("\rAIM: rho spent [" + "#" * 15 + "." * 15 + "] 50%"
+                                       "\rMWEM: rounds [" + "#" * 9 + "." * 21 + "] 3 of 10")  # fmt: skip
+    console.draw_progress("MWEM: rounds", 10, 10)
+    assert capsys.readouterr().err.endswith("] 10 of 10\n")
+
+
+@pytest.mark.parametrize("method", ["aim", "mwem"])
+def test_each_generator_tells_its_progress_and_ends_with_all_done(method):
+    """The generators' own calls: how far, never past the total, and a last call with done == total (AIM's last
+    round spends rho less a hair: a bar that waited for exactly 1 never ended its line, and the summary line
+    went on after it: "100% of rhowrote 53,946 rows")."""
+    rng = np.random.default_rng(3)  # test-only
+    a = rng.integers(0, 3, 2000)
+    b = (a + rng.integers(0, 2, 2000)) % 4
+    counts = np.zeros((3, 4), np.int64)
+    np.add.at(counts, (a, b), 1)
+    workload = {("a", "b"): counts}
+    calls = []
+    progress = lambda what, done, total: calls.append((what, done, total))  # noqa: E731
+    if method == "aim":
+        aim.aim(workload, {"a": 3, "b": 4}, rho=0.5, rng=1, progress=progress)
+    else:
+        mwem.mwem(workload, {"a": 3, "b": 4}, epsilon=2.0, rounds=4, rng=1, progress=progress)
+    assert calls and all(0 <= done <= total for _, done, total in calls)
+    assert calls[-1][1] == calls[-1][2] and all(done < total for _, done, total in calls[:-1])
 
 
 AGE = {"lower": 17, "upper": 91, "bins": 16}
