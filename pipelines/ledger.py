@@ -87,7 +87,8 @@ def stated_release(record: dict) -> dict:
     """A release record as stored, with the epsilon it states (``epsilon_at_delta``, ``stated_epsilon``)."""
     at_delta = epsilon_at_delta(record)
     stated = record["epsilon"] if record.get("epsilon") is not None else at_delta
-    return {**record, "epsilon_at_delta": at_delta, "stated_epsilon": stated}
+    older = {"epsilon": None, "rho": None, "delta": 0.0}  # keys a ledger written before them may lack
+    return {**older, **record, "epsilon_at_delta": at_delta, "stated_epsilon": stated}
 
 
 def epsilon_at_delta(record: dict) -> float | None:

@@ -65,7 +65,8 @@ def file_format(path: str, declared: str | None = None) -> str:
 def check_delimiter(delimiter: str) -> str:
     """``delimiter`` if it can separate a CSV file's fields (one ASCII character, not a quote or a line end),
     else a ValueError."""
-    if not isinstance(delimiter, str) or len(delimiter) != 1 or not delimiter.isascii() or delimiter in '"\r\n':
+    printable = isinstance(delimiter, str) and delimiter.isascii() and (delimiter.isprintable() or delimiter == "\t")
+    if not printable or len(delimiter) != 1 or delimiter in '"\r\n':
         raise ValueError(f"a CSV delimiter is one ASCII character other than a quote or a line end, got {delimiter!r}")
     return delimiter
 
@@ -107,7 +108,9 @@ def check_columns(
         types = column_types(path, path_format, delimiter)
         missing = [c for c in columns if c not in types]
         if missing:  # not the others: a CSV header may be a row
-            raise InputError(f"{path}: missing column {missing[0]!r}{_other_delimiter(types, delimiter)}")
+            raise InputError(
+                f"{path}: missing column {missing[0]!r}{_other_delimiter(list(types), columns, delimiter)}"
+            )
         read_as_text = _check_fields(path, path_format, columns, identities, delimiter)
         for column in columns:
             kind = (kinds or {}).get(column)
@@ -130,10 +133,11 @@ def check_columns(
     return {column: family for column, (_, family) in first.items()}
 
 
-def _other_delimiter(names: Sequence[str], delimiter: str) -> str:
-    """Where a CSV header read as one column holds a common separator other than ``delimiter``, a hint
-    naming it (the header's names only, never a row)."""
-    found = [c for c in ";\t|," if c != delimiter and len(names) == 1 and c in next(iter(names))]
+def _other_delimiter(names: Sequence[str], columns: Sequence[str], delimiter: str) -> str:
+    """Where a CSV header read as one column, split at a common separator other than ``delimiter``, names every
+    needed column, a hint naming that separator. Only then: a first line that is someone's row, not a header,
+    must not be described."""
+    found = [c for c in ";\t|," if c != delimiter and len(names) == 1 and set(columns) <= set(names[0].split(c))]
     return f" (the header is one field holding {found[0]!r}: is that the delimiter? --delimiter)" if found else ""
 
 

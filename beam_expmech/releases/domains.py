@@ -180,7 +180,9 @@ def with_released_edges(domain: Domain, manifest: dict) -> Domain:
         edges = manifest.get("numeric", {}).get(column, {}).get("edges")
         if not isinstance(edges, list) or len(edges) != private.count + 1:
             raise ValueError(f"the manifest states no {private.count + 1} edges for column {column!r}")
-        released[column] = NumericGrid(private.lower, private.upper, private.count, cuts=tuple(edges[1:-1]))
+        released[column] = NumericGrid(
+            private.lower, private.upper, private.count, integer=private.integer, cuts=tuple(edges[1:-1])
+        )
     return released
 
 

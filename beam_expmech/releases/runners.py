@@ -20,7 +20,6 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.runner import create_runner
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-DATAFLOW_RUNNERS = ("DataflowRunner", "apache_beam.runners.dataflow.dataflow_runner.DataflowRunner")
 # How long the check before the charge waits for Cloud Storage to say whether --temp_location's bucket exists.
 GCS_CHECK_TIMEOUT = 10.0
 # Runners Beam ships but does not resolve by their short name (it answers "Unexpected pipeline runner").
@@ -108,9 +107,9 @@ def check_runner(beam_args: Sequence[str]) -> None:
         options = pipeline_options(beam_args)
         runner = options.view_as(StandardOptions).runner
         if isinstance(runner, str):
-            create_runner(runner)  # "Unexpected pipeline runner: ...": a ValueError, exit code 2
-        if runner in DATAFLOW_RUNNERS:
-            check_dataflow(options.view_as(GoogleCloudOptions))
+            resolved = create_runner(runner)  # "Unexpected pipeline runner: ...": a ValueError, exit code 2
+            if type(resolved).__name__ == "DataflowRunner":  # by what Beam resolves: "dataflow" is Dataflow too
+                check_dataflow(options.view_as(GoogleCloudOptions))
         return
     if importlib.util.find_spec("distributed") is None:
         raise ValueError("--runner DaskRunner needs Dask: pip install 'beam-expmech[dask]'")
@@ -163,8 +162,12 @@ def check_dataflow(gcp: GoogleCloudOptions) -> None:
             ) from None
         client = storage.Client(project=gcp.project, credentials=credentials)
     bucket = gcp.temp_location[len("gs://") :].split("/", 1)[0]
+    from google.api_core.exceptions import Forbidden
+
     try:
         found = client.lookup_bucket(bucket, timeout=GCS_CHECK_TIMEOUT, retry=None)
+    except Forbidden:  # the bucket exists; these credentials may still write objects in it (objectAdmin)
+        return
     except Exception as error:  # refused credentials, no network: the type only (a message may hold a token)
         raise RunnerUnavailableError(
             f"Dataflow: Cloud Storage could not be asked for --temp_location's bucket ({type(error).__name__}); "

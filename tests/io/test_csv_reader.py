@@ -99,7 +99,17 @@ def test_a_delimiter_for_a_file_that_is_not_csv_is_refused_not_ignored(tmp_path)
         readers.check_columns([str(path)], None, ["user", "item"], delimiter=";")
 
 
-@pytest.mark.parametrize("delimiter", ["", ";;", '"', "\n", "\r", "\u00e9", 5])
+@pytest.mark.parametrize("delimiter", ["", ";;", '"', "\n", "\r", "\u00e9", "\x00", "\x1f", 5])
 def test_a_delimiter_is_one_ascii_character_that_is_no_quote_or_line_end(delimiter):
     with pytest.raises(ValueError, match="a CSV delimiter is one ASCII character"):
         Files("data.csv", delimiter=delimiter)
+
+
+def test_a_first_line_that_is_a_row_is_not_described(tmp_path):
+    """No header: the first line is someone's row. The hint names a separator only where splitting the line at it
+    gives the needed columns' names, so it never tells what a row holds."""
+    path = tmp_path / "data.csv"
+    path.write_text("alice|secret\nbob|other\n")
+    with pytest.raises(InputError) as refused:
+        readers.check_columns([str(path)], None, ["user", "item"])
+    assert str(refused.value) == f"{path}: missing column 'user'"

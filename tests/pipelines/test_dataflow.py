@@ -52,6 +52,7 @@ def test_without_credentials_it_is_one_line_in_seconds_and_nothing_is_charged(tm
         (["--runner", "DataflowRunner", "--region", "r", "--temp_location", "gs://b/t"], "needs --project"),
         (["--runner", "DataflowRunner", "--project", "p", "--temp_location", "gs://b/t"], "needs --region"),
         (DATAFLOW, "needs --temp_location"),
+        (["--runner", "dataflow", "--project", "p", "--temp_location", "gs://b/t"], "needs --region"),  # Beam's alias
         ([*DATAFLOW, "--temp_location", "/tmp/t"], "--temp_location must be gs://BUCKET/PATH on Dataflow"),
         ([*DATAFLOW, "--temp_location", "gs://b/t", "--staging_location", "s"], "--staging_location must be gs://"),
     ],

@@ -168,3 +168,18 @@ def test_the_console_script_prints_the_ledger_as_json_and_nothing_else(tmp_path)
     assert shown["releases"][0]["stated_epsilon"] == pytest.approx(EPSILON, rel=1e-6)
     listed = json.loads(subprocess.run(show, capture_output=True, text=True, check=True).stdout)
     assert listed == [{key: value for key, value in shown.items() if key != "releases"}]
+
+
+def test_show_reads_a_ledger_written_before_releases_had_a_delta(tmp_path, capsys):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("shop", epsilon=2.0)
+    ledger.reserve("shop", Release.exponential_mechanism(1.0), pipeline="select", parameters={}, output="o.json")
+    document = json.loads((tmp_path / "ledger.json").read_text())
+    del document["datasets"]["shop"]["releases"][0]["delta"]  # as such ledgers were written
+    (tmp_path / "ledger.json").write_text(json.dumps(document))
+    capsys.readouterr()
+    assert ledger_cli.main(["show", "--budget-ledger", ledger.path, "--dataset-id", "shop"]) == 0
+    assert "select" in capsys.readouterr().out
+    assert ledger_cli.main(["show", "--budget-ledger", ledger.path, "--dataset-id", "shop", "--json"]) == 0
+    (release,) = json.loads(capsys.readouterr().out)["releases"]
+    assert release["delta"] == 0.0 and release["stated_epsilon"] == 1.0
