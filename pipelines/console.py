@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from beam_expmech.io.errors import InputError, describe_error
-from beam_expmech.ledger import OverspendError
+from beam_expmech.ledger import AlreadyReleased, OverspendError
 from beam_expmech.releases.passes import JobFailedError
 from beam_expmech.releases.runners import RunnerUnavailableError
 
@@ -62,6 +62,9 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     configure_logging(sys.argv[1:] if argv is None else argv)
     try:
         return main(argv)
+    except AlreadyReleased as done:  # a release id run again: nothing to do is success
+        print(done)
+        return 0
     except (InputError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR

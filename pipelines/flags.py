@@ -109,6 +109,11 @@ def add_privacy_flags(parser: argparse.ArgumentParser) -> None:
         "--budget-ledger", help="ledger file (local or gs://) charged with every release of the dataset, across runs"
     )
     parser.add_argument("--dataset-id", help="the dataset's id in --budget-ledger, whose total budget this run spends")
+    parser.add_argument(
+        "--release-id", help="with --budget-ledger: your name for this release (say, top_items/2026-12-01), so that "
+        "it is charged and written once however often it runs: done already, it exits 0 and reads nothing; after a "
+        "failed attempt, it runs again under that attempt's charge",
+    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the plan; read no data, spend nothing")
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)  # tests only: the release is then not private
 
@@ -119,5 +124,5 @@ def declared_release(args: argparse.Namespace, query: Query, *, delta: float = 0
     source = Files(args.input, args.format, delimiter=args.delimiter)
     return PrivateRelease(source=source, query=query, output=args.output,
                           unit=PrivacyUnit(args.privacy_unit, args.max_rows_per_unit, max_keys),
-                          budget=Budget(args.epsilon, delta, args.budget_ledger, args.dataset_id),
+                          budget=Budget(args.epsilon, delta, args.budget_ledger, args.dataset_id, args.release_id),
                           dead_letter=args.dead_letter, seed=args.seed)  # fmt: skip

@@ -1,11 +1,12 @@
 """The privacy-budget ledger: set a dataset's total budget once, and show what was spent on it.
 
-    beam-expmech ledger init --budget-ledger PATH --dataset-id ID --epsilon E [--delta D]
+    beam-expmech ledger init --budget-ledger PATH --dataset-id ID --epsilon E [--delta D] [--exist-ok]
     beam-expmech ledger show --budget-ledger PATH [--dataset-id ID] [--json]
 
 (or ``python -m pipelines.ledger ...``). PATH is local or gs://. Every pipeline run with --budget-ledger
 PATH --dataset-id ID reserves its cost there before it reads any data, and is refused (exit code 3) when
-the dataset's remaining budget is too small.
+the dataset's remaining budget is too small. ``init --exist-ok`` succeeds where the dataset has this very
+budget already (a scheduler opening a dataset a period); another budget is refused either way.
 
 ``show --dataset-id ID`` prints the dataset's releases, one a line, then its budget; ``show`` alone, one
 line a dataset. A zCDP release (synthesize's Gaussian noise) is stored with its rho and no epsilon: show
@@ -18,7 +19,8 @@ or a file that is not a ledger: one line on stderr, exit code 2.
 - with --dataset-id, an object: ``dataset_id``; ``epsilon`` and ``delta``, the dataset's total budget;
   ``created``; ``spent_epsilon``, ``remaining_epsilon``, ``remaining_delta``; ``release_count``; and
   ``releases``, every record as stored (``id``, ``time``, ``pipeline``, ``parameters``, ``label``,
-  ``epsilon``, ``rho``, ``delta``, ``output``, ``status``) with two keys added: ``epsilon_at_delta``, the
+  ``epsilon``, ``rho``, ``delta``, ``output``, ``status``; ``release_id`` and ``attempts`` where the run
+  named its release, null otherwise) with two keys added: ``epsilon_at_delta``, the
   epsilon derived from ``rho`` at ``parameters["delta"]`` where ``epsilon`` is null (else null), and
   ``stated_epsilon``, ``epsilon`` or else ``epsilon_at_delta`` (null if neither);
 - without, a list of those objects without ``releases``, one a dataset (``[]`` for an empty or missing ledger).
@@ -42,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     ledger = Ledger(args.budget_ledger)
     if args.command == "init":
-        ledger.init(args.dataset_id, epsilon=args.epsilon, delta=args.delta)
+        if args.exist_ok and not ledger.ensure(args.dataset_id, epsilon=args.epsilon, delta=args.delta):
+            print(f"dataset {args.dataset_id!r}: has budget epsilon={args.epsilon:g}, delta={args.delta:g} already "
+                  f"in {ledger.path}")  # fmt: skip
+            return 0
+        if not args.exist_ok:
+            ledger.init(args.dataset_id, epsilon=args.epsilon, delta=args.delta)
         print(f"dataset {args.dataset_id!r}: budget epsilon={args.epsilon:g}, delta={args.delta:g} in {ledger.path}")
     elif args.dataset_id is None:
         _show_datasets(ledger.datasets(), ledger.path, as_json=args.json)
@@ -63,6 +70,7 @@ def _parser() -> flags.ArgumentParser:
     init.add_argument("--dataset-id", required=True)
     init.add_argument("--epsilon", type=float, required=True, help="the dataset's lifetime epsilon")
     init.add_argument("--delta", type=float, default=0.0, help="its lifetime delta (default 0: pure DP)")
+    init.add_argument("--exist-ok", action="store_true", help="succeed where the dataset has this budget already")
     show.add_argument("--dataset-id", help="the dataset whose releases to print (default: list every dataset)")
     show.add_argument("--json", action="store_true", help="print one JSON document for scripts (its keys: above)")
     return parser
@@ -87,7 +95,7 @@ def stated_release(record: dict) -> dict:
     """A release record as stored, with the epsilon it states (``epsilon_at_delta``, ``stated_epsilon``)."""
     at_delta = epsilon_at_delta(record)
     stated = record["epsilon"] if record.get("epsilon") is not None else at_delta
-    older = {"epsilon": None, "rho": None, "delta": 0.0}  # keys a ledger written before them may lack
+    older = {"epsilon": None, "rho": None, "delta": 0.0, "release_id": None, "attempts": None}  # keys a record may lack
     return {**older, **record, "epsilon_at_delta": at_delta, "stated_epsilon": stated}
 
 
@@ -121,8 +129,10 @@ def _show_dataset(dataset_id: str, dataset: dict, *, as_json: bool) -> None:
     for record in releases:
         epsilon, rho, delta = (_number(record[field]) for field in ("stated_epsilon", "rho", "delta"))
         epsilon += DERIVED_MARK if record["epsilon_at_delta"] is not None else ""
+        named = "" if record["release_id"] is None else f"  (release {record['release_id']}"
+        named += "" if not named else f", {record['attempts']} attempts)" if record["attempts"] > 1 else ")"
         print(f"{record['time']:<25} {record['pipeline']:<11} {epsilon:>8} {rho:>9} {delta:>9} "
-              f"{record['status']:<9} {record['output']}")  # fmt: skip
+              f"{record['status']:<9} {record['output']}{named}")  # fmt: skip
     print(_summary_line(summary(dataset_id, dataset)))
     if any(record["epsilon_at_delta"] is not None for record in releases):
         print(f"{DERIVED_MARK} a zCDP release: the epsilon of its rho at its run's delta (the ledger stores the rho)")

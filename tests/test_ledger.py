@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from beam_expmech.accounting import Release
-from beam_expmech.ledger import Ledger, LedgerError, OverspendError, budget_of
+from beam_expmech.ledger import AlreadyReleased, Ledger, LedgerError, OverspendError, budget_of
 
 
 def test_approximate_releases_keep_their_delta_in_the_ledger(tmp_path):
@@ -121,3 +121,49 @@ def test_the_race_is_refereed_by_a_server_that_enforces_preconditions(gcs_server
     """The races of concurrent runs (tests/pipelines/test_failure_injection.py, through the command line, on a
     local file and on gs://) need a server that refuses a write whose generation moved."""
     assert emulator_enforces_preconditions(gcs_server_with_preconditions)
+
+
+def test_a_release_id_is_charged_once_run_again_after_a_failure_and_done_once(tmp_path):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=2.0)
+    release, details = Release.pure(0.5, "a"), {"pipeline": "select", "parameters": {"k": 1}, "output": "o.json"}
+    with pytest.raises(OSError), ledger.charged("d", release, release_id="top/2026-12-01", **details):
+        raise OSError("worker lost")  # after the charge: the data may have been read
+    again = ledger.reserve("d", release, release_id="top/2026-12-01", **details)
+    (record,) = ledger.dataset("d")["releases"]
+    assert (record["id"], record["status"], record["attempts"]) == (again, "reserved", 2)
+    assert budget_of(ledger.dataset("d")).spent() == pytest.approx(0.5)  # charged once
+    ledger.finish("d", again, "done")
+    with pytest.raises(AlreadyReleased, match=r"'top/2026-12-01' of dataset 'd' is done already \(o\.json\)"):
+        ledger.reserve("d", release, release_id="top/2026-12-01", **details)
+    with pytest.raises(LedgerError, match=r"charged for another release \(epsilon differs\)"):
+        ledger.reserve("d", Release.pure(0.7, "a"), release_id="top/2026-12-01", **details)
+    with pytest.raises(LedgerError, match="parameter k differs"):
+        ledger.reserve("d", release, release_id="top/2026-12-01", **{**details, "parameters": {"k": 2}})
+    ledger.reserve("d", release, release_id="top/2026-12-02", **details)  # another id: another charge
+    assert budget_of(ledger.dataset("d")).spent() == pytest.approx(1.0)
+    assert len(ledger.dataset("d")["releases"]) == 2
+
+
+def test_an_attempt_that_wrote_its_release_and_died_is_marked_done_not_run_again(tmp_path):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=2.0)
+    release, details = Release.pure(0.5, "a"), {"pipeline": "select", "parameters": {}, "output": "o.json"}
+    ran = []
+    with ledger.charged("d", release, release_id="r", written=lambda: True, **details):
+        ran.append(1)  # a first attempt runs whatever is at its output: the id is new
+    ledger.finish("d", ledger.dataset("d")["releases"][0]["id"], "failed")  # as if it died before it said so
+    with pytest.raises(AlreadyReleased), ledger.charged("d", release, release_id="r", written=lambda: True, **details):
+        ran.append(2)
+    assert ran == [1] and [r["status"] for r in ledger.dataset("d")["releases"]] == ["done"]
+
+
+def test_ensure_sets_a_budget_once_and_refuses_another(tmp_path):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    assert ledger.ensure("d/2026-12-01", epsilon=1.0, delta=1e-6) is True
+    assert ledger.ensure("d/2026-12-01", epsilon=1.0, delta=1e-6) is False
+    with pytest.raises(LedgerError, match=r"has another budget .*epsilon=1, delta=1e-06"):
+        ledger.ensure("d/2026-12-01", epsilon=2.0, delta=1e-6)
+    with pytest.raises(ValueError):
+        ledger.ensure("e", epsilon=-1.0)
+    assert list(ledger.datasets()) == ["d/2026-12-01"]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Iterator
 
+from apache_beam.io.filesystems import FileSystems
+
 from beam_expmech.accounting import PrivacyBudget, Release
+from beam_expmech.io import release_files
 from beam_expmech.ledger import Ledger, UnknownDatasetError, budget_of
 from beam_expmech.releases.declaration import Budget
 
@@ -17,14 +21,16 @@ def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, par
     """Charge ``release`` to this run's (epsilon, ``delta``) budget and, with a ledger, reserve it for the
     dataset on entering the block, before any data is read; the ledger marks it done or failed when the block
     ends (``parameters``: the run's public parameters, recorded beside it). Raises (nothing spent) if it does
-    not fit."""
+    not fit, and ``AlreadyReleased`` where the budget's release id is done already, or its release was written by
+    an attempt that did not live to say so."""
     PrivacyBudget(epsilon=budget.epsilon, delta=delta).charge(release)
     if budget.ledger is None:
         yield
         return
     reservation = Ledger(budget.ledger).charged(
-        budget.dataset_id, release, pipeline=pipeline, parameters=parameters, output=output
-    )
+        budget.dataset_id, release, pipeline=pipeline, parameters=parameters, output=output,
+        release_id=budget.release_id, written=None if output is None else functools.partial(written, output),
+    )  # fmt: skip
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(reservation)  # reads the ledger once: reserve, or refuse
@@ -34,6 +40,12 @@ def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, par
                 f"init --budget-ledger {budget.ledger} --dataset-id {budget.dataset_id} --epsilon E)"
             ) from None
         yield  # the block's exception, if any, reaches the reservation: marked failed, charge kept
+
+
+def written(output: str) -> bool:
+    """Whether the release at ``output`` is complete: its manifest, written last, or its JSON document."""
+    return FileSystems.exists(release_files.manifest_path(output) if release_files.writes_manifest(output)
+                              else output)  # fmt: skip
 
 
 def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan: dict) -> str:
@@ -46,9 +58,16 @@ def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan:
         *(f"  {key}: {json.dumps(value)}" for key, value in plan.items()),
     ]
     if budget.ledger is not None:
-        left = budget_of(Ledger(budget.ledger).dataset(budget.dataset_id))
+        dataset = Ledger(budget.ledger).dataset(budget.dataset_id)
+        left = budget_of(dataset)
         lines.append(
             f"  ledger: dataset {budget.dataset_id!r} has {left.remaining():g} of epsilon={left.epsilon:g} left"
             + (f" and {left.remaining_delta():g} of delta={left.delta:g}" if left.delta else "")
         )
+    if budget.release_id is not None:
+        record = next((r for r in dataset["releases"] if r.get("release_id") == budget.release_id), None)
+        state = ("new: charged when it runs" if record is None else
+                 "done already: a run reads nothing and spends nothing" if record["status"] == "done" else
+                 f"charged already ({record['status']}): a run spends nothing more")  # fmt: skip
+        lines.append(f"  release {budget.release_id!r}: {state}")
     return "\n".join(lines)

@@ -65,12 +65,18 @@ EACH_ROW = PrivacyUnit()  # no unit column: each row is its own unit
 class Budget:
     """What a release may spend: ``epsilon`` and ``delta`` (0: pure DP) for this run, and, with a ``ledger``
     (a local or gs:// file), the share of ``dataset_id``'s total budget that every run of the dataset draws
-    from. The release's cost is charged to both before any row is read (docs/DESIGN.md section 6)."""
+    from. The release's cost is charged to both before any row is read (docs/DESIGN.md section 6).
+
+    ``release_id`` (with a ledger): the operator's name for this release, so that it is charged once and written
+    once however often it is run (a scheduler's retry, a re-triggered day): a run whose id is done already raises
+    ``ledger.AlreadyReleased`` and reads nothing; one whose earlier attempts failed before writing runs again under
+    their charge."""
 
     epsilon: float
     delta: float = 0.0
     ledger: str | None = None
     dataset_id: str | None = None
+    release_id: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "epsilon", parameters.positive_finite(self.epsilon, "epsilon"))
@@ -84,6 +90,13 @@ class Budget:
             raise ValueError("a budget's ledger and dataset_id go together")
         if self.dataset_id == "":
             raise ValueError("the budget's dataset_id is empty")
+        if self.release_id is not None:
+            if self.ledger is None:
+                raise ValueError("a release id goes with a ledger (the ledger remembers what it names)")
+            if not isinstance(self.release_id, str) or not self.release_id.isprintable() or not self.release_id:
+                raise ValueError("a release id is a line of printable text")
+            if len(self.release_id) > 200:
+                raise ValueError("a release id is at most 200 characters")
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,8 @@ def test_show_states_the_epsilon_of_a_zcdp_release_at_its_runs_delta(tmp_path, c
         budget.spent(), budget.remaining(), budget.remaining_delta())  # fmt: skip
     aim, exponential, unconvertible = shown["releases"]
     assert [{key: r[key] for key in STORED} for r in shown["releases"]] == stored["releases"]  # as stored
-    assert set(aim) == STORED | {"epsilon_at_delta", "stated_epsilon"} and aim["epsilon"] is None
+    assert set(aim) == STORED | {"release_id", "attempts", "epsilon_at_delta", "stated_epsilon"}
+    assert aim["epsilon"] is None
     assert aim["epsilon_at_delta"] == aim["stated_epsilon"] == pytest.approx(EPSILON, rel=1e-6)
     assert (exponential["epsilon_at_delta"], exponential["stated_epsilon"]) == (None, 0.5)
     assert (unconvertible["epsilon_at_delta"], unconvertible["stated_epsilon"]) == (None, None)
@@ -183,3 +184,77 @@ def test_show_reads_a_ledger_written_before_releases_had_a_delta(tmp_path, capsy
     assert ledger_cli.main(["show", "--budget-ledger", ledger.path, "--dataset-id", "shop", "--json"]) == 0
     (release,) = json.loads(capsys.readouterr().out)["releases"]
     assert release["delta"] == 0.0 and release["stated_epsilon"] == 1.0
+
+
+def test_a_release_id_from_the_command_line_is_charged_once_and_written_once(tmp_path, capsys, monkeypatch):
+    """A scheduler's retry and re-trigger: the first attempt fails after its charge, the second runs under that
+    charge, the third finds it done (exit 0, nothing read: its output untouched), other parameters are refused."""
+    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=1.5)
+    out = tmp_path / "2026-12-01" / "top.json"
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
+            "--release-id", "top/2026-12-01"]  # fmt: skip
+    lost = monkeypatch.setattr  # the release's pass fails after the reservation, as a lost worker would
+    lost(queries, "run_pipeline", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
+    with pytest.raises(OSError):
+        select.main(args)
+    monkeypatch.undo()
+    assert console.run_cli(select.main, args) == 0  # the retry: 1 of 1.5 spent, not 2
+    (record,) = Ledger(path).dataset("shop")["releases"]
+    assert (record["status"], record["attempts"], record["release_id"]) == ("done", 2, "top/2026-12-01")
+    assert budget_of(Ledger(path).dataset("shop")).spent() == pytest.approx(1.0)
+    written = out.stat()
+    capsys.readouterr()
+
+    monkeypatch.setattr(queries, "run_pipeline", lambda *a, **k: pytest.fail("a done release read its data"))
+    assert console.run_cli(select.main, args) == 0
+    said = capsys.readouterr()
+    assert said.out == f"release 'top/2026-12-01' of dataset 'shop' is done already ({out}): nothing read, " \
+                       "nothing spent\n" and said.err == ""  # fmt: skip
+    assert out.stat().st_mtime_ns == written.st_mtime_ns and out.stat().st_ino == written.st_ino
+    assert console.run_cli(select.main, [*args, "--dry-run"]) == 0
+    assert "release 'top/2026-12-01': done already" in capsys.readouterr().out
+
+    other = [*args]
+    other[other.index("--epsilon") + 1] = "0.5"
+    assert console.run_cli(select.main, other) == 2
+    assert "charged for another release (parameter epsilon differs)" in capsys.readouterr().err
+    assert console.run_cli(select.main, [*args[:-6], "--release-id", "x"]) == 2  # no ledger to remember it
+    assert "a release id goes with a ledger" in capsys.readouterr().err
+    assert len(Ledger(path).dataset("shop")["releases"]) == 1
+
+
+def test_a_retry_after_an_attempt_that_wrote_and_died_marks_it_done_and_writes_nothing(tmp_path, capsys,
+                                                                                       monkeypatch):  # fmt: skip
+    """The attempt wrote its release, then died before the ledger said so: the next attempt finds the release
+    complete (its manifest, written last), marks it done and draws nothing."""
+    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=3)
+    out = tmp_path / "top.csv"
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
+            "--release-id", "top"]  # fmt: skip
+    finish = Ledger.finish
+
+    def dies_before_done(self, dataset_id, record_id, status):
+        if status == "done":
+            raise KeyboardInterrupt  # the process killed between the write and the ledger's update
+        finish(self, dataset_id, record_id, status)
+
+    monkeypatch.setattr(Ledger, "finish", dies_before_done)
+    with pytest.raises(KeyboardInterrupt):
+        select.main(args)
+    monkeypatch.undo()
+    assert [r["status"] for r in Ledger(path).dataset("shop")["releases"]] == ["reserved"]  # it never said
+    table, manifest = out.read_bytes(), (tmp_path / "top.manifest.json").read_bytes()
+    monkeypatch.setattr(queries, "run_pipeline", lambda *a, **k: pytest.fail("a written release drew again"))
+    capsys.readouterr()
+    assert console.run_cli(select.main, args) == 0
+    assert "is done already" in capsys.readouterr().out
+    (record,) = Ledger(path).dataset("shop")["releases"]
+    assert (record["status"], record["attempts"]) == ("done", 2)
+    assert out.read_bytes() == table and (tmp_path / "top.manifest.json").read_bytes() == manifest
+    assert budget_of(Ledger(path).dataset("shop")).spent() == pytest.approx(1.0)
