@@ -9,8 +9,8 @@ failed. Composition is ``accounting.PrivacyBudget``'s, so a ledger and a single 
 A release may carry an id of the operator's (``release_id``: a scheduler's "this release of this
 partition"): it is charged once. Asked again, a release id that is done raises ``AlreadyReleased``
 (nothing charged, nothing to run); one whose attempts failed is run again under its charge, its
-attempts counted (docs/DESIGN.md: a release is charged once by its id); with other parameters it
-is refused.
+attempts counted, unless an attempt holds it (a lease, renewed while it runs: ``ReleaseBusyError``);
+with other parameters it is refused (docs/DESIGN.md: a named release is charged once).
 
 Concurrency: every change is read, modify, write-if-unchanged, retried on conflict.
 - Local: an exclusive ``fcntl`` lock on PATH.lock around the read and an atomic rename.
@@ -26,16 +26,18 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release
 from beam_expmech.io import writers
 
 _VERSION = 1
 _LOG = logging.getLogger(__name__)
+LEASE_SECONDS = 300.0  # how long a release id's attempt holds its record without renewing (it renews each fifth)
 
 
 class LedgerError(ValueError):
@@ -54,6 +56,10 @@ class AlreadyReleased(Exception):
         where = f" ({output})" if output else ""
         super().__init__(f"release {release_id!r} of dataset {dataset_id!r} is done already{where}: nothing read, "
                          "nothing spent")  # fmt: skip
+
+
+class ReleaseBusyError(RuntimeError):
+    """Another attempt of the release id holds the record (its lease has not run out); nothing was charged."""
 
 
 class OverspendError(RuntimeError):
@@ -124,8 +130,7 @@ class Ledger:
                  release_id: str | None) -> dict:  # fmt: skip
         """``reserve``'s record as stored."""
         record_id = uuid.uuid4().hex
-        wanted = {"pipeline": pipeline, "parameters": parameters, "label": release.label, "epsilon": release.epsilon,
-                  "rho": release.rho, "delta": release.delta, "output": output}  # fmt: skip
+        wanted = _wanted(release, pipeline=pipeline, parameters=parameters, output=output)
         reserved = []
 
         def change(document: dict) -> None:
@@ -143,7 +148,7 @@ class Ledger:
                 raise OverspendError(dataset_id, budget, release) from None
             record = {"id": record_id, "time": _now(), **wanted, "status": "reserved"}
             if release_id is not None:
-                record |= {"release_id": release_id, "attempts": 1}
+                record |= {"release_id": release_id, "attempts": 1, **_lease()}
             dataset["releases"].append(record)
             reserved.append(record)
 
@@ -158,36 +163,59 @@ class Ledger:
         return record
 
     def _again(self, dataset_id: str, record: dict, wanted: dict) -> dict:
-        """The stored ``record`` of a release id asked for again with ``wanted``: raises if it is done or
-        differs; else marked reserved for one more attempt."""
-        stored = record.get("parameters") or {}
-        differing = [f"parameter {key}" for key in {**stored, **wanted["parameters"]}
-                     if stored.get(key) != wanted["parameters"].get(key)]  # fmt: skip
-        differing += [key for key, value in wanted.items() if record.get(key) != value and key != "parameters"]
-        if differing:
-            raise LedgerError(f"release {record['release_id']!r} of dataset {dataset_id!r} was charged for another "
-                              f"release ({differing[0]} differs): an id names one release; give a new id")  # fmt: skip
+        """The stored ``record`` of a release id asked for again with ``wanted``: raises if it differs, is done, or
+        has an attempt that holds its lease; else taken for one more attempt (a lease of its own)."""
+        _check_same(dataset_id, record, wanted)
         if record["status"] == "done":
             raise AlreadyReleased(dataset_id, record["release_id"], record["output"])
+        if record["status"] == "reserved" and "lease_until" in record and \
+                datetime.fromisoformat(record["lease_until"]) > _clock():  # fmt: skip
+            raise ReleaseBusyError(f"release {record['release_id']!r} of dataset {dataset_id!r} has an attempt "
+                                   f"running (its lease runs to {record['lease_until']}): nothing spent; try again "
+                                   "once it has ended, or its lease has run out")  # fmt: skip
         record["attempts"] = record.get("attempts", 1) + 1
-        record["status"], record["last_attempt"] = "reserved", _now()
+        record |= {"status": "reserved", "last_attempt": _now(), **_lease()}
         return record
 
-    def finish(self, dataset_id: str, record_id: str, status: str) -> None:
-        """Mark a reserved release ``done`` or ``failed``; its charge stays either way."""
+    def state(self, dataset_id: str, release: Release, *, release_id: str, pipeline: str, parameters: dict,
+              output: str | None) -> dict | None:  # fmt: skip
+        """The record ``release_id`` names (None: a new id), read only; ``LedgerError`` if it names another
+        release or other parameters."""
+        wanted = _wanted(release, pipeline=pipeline, parameters=parameters, output=output)
+        record = next((r for r in self.dataset(dataset_id)["releases"] if r.get("release_id") == release_id), None)
+        if record is not None:
+            _check_same(dataset_id, record, wanted)
+        return record
+
+    def finish(self, dataset_id: str, record_id: str, status: str, *, attempt: str | None = None) -> None:
+        """Mark a reserved release ``done`` or ``failed``; its charge stays either way. With ``attempt`` (a release
+        id's attempt token), only while that attempt still holds the record."""
         if status not in ("done", "failed"):
             raise ValueError(f"status must be done or failed, got {status!r}")
 
         def change(document: dict) -> None:
             for record in self._dataset(document, dataset_id)["releases"]:
                 if record["id"] == record_id:
+                    if attempt is not None and record.get("attempt") != attempt:
+                        raise LedgerError(f"release {record_id}: another attempt took it over")
                     record["status"] = status
+                    record.pop("lease_until", None)
                     return
             raise LedgerError(f"no release {record_id} for dataset {dataset_id!r}")
 
         self._store.update(change)
         level = logging.INFO if status == "done" else logging.WARNING
         _LOG.log(level, "dataset %r: release %s marked %s; its charge stays", dataset_id, record_id, status)
+
+    def _renew(self, dataset_id: str, record_id: str, attempt: str) -> None:
+        """Extend the lease of ``attempt`` on the record, while it holds it."""
+
+        def change(document: dict) -> None:
+            for record in self._dataset(document, dataset_id)["releases"]:
+                if record["id"] == record_id and record.get("attempt") == attempt and record["status"] == "reserved":
+                    record.update(_lease(attempt))
+
+        self._store.update(change)
 
     def dataset(self, dataset_id: str) -> dict:
         """The dataset's budget and releases, as stored."""
@@ -198,29 +226,80 @@ class Ledger:
         return self._store.read()[0]["datasets"]
 
     @contextlib.contextmanager
-    def charged(self, dataset_id: str, release: Release, *, written: Callable[[], bool] | None = None,
-                **details) -> Iterator[str]:  # fmt: skip
+    def charged(self, dataset_id: str, release: Release, *,
+                drawn: Callable[[], tuple[bool, str | None]] | None = None, **details) -> Iterator[str]:  # fmt: skip
         """Reserve ``release``, run the block, then mark it done, or failed if the block raises.
 
-        A release id's later attempt whose release is ``written`` already (an attempt that wrote it and died
-        before it said so) is marked done and raises ``AlreadyReleased``: written once, never drawn again.
+        A release id's later attempt asks ``drawn()`` what earlier attempts left at the output: (True, _), the
+        release complete and its own (an attempt that wrote it and died before it said so), marks it done and
+        raises ``AlreadyReleased``; (False, PATH), a trace of a draw that may have been seen (a table without
+        its manifest, a staged table), raises ``LedgerError``: a new draw needs a new charge. While the block
+        runs, its attempt renews its lease (``LEASE_SECONDS``) every fifth of it: an attempt that dies loses the
+        record once the lease runs out, and a concurrent one is refused (``ReleaseBusyError``).
         """
         record = self._reserve(dataset_id, release, release_id=details.pop("release_id", None), **details)
-        record_id = record["id"]
-        if record.get("attempts", 1) > 1 and written is not None and written():
-            self.finish(dataset_id, record_id, "done")
-            raise AlreadyReleased(dataset_id, record["release_id"], record["output"])
+        record_id, attempt = record["id"], record.get("attempt")
+        if record.get("attempts", 1) > 1 and drawn is not None:
+            complete, trace = drawn()
+            if complete:
+                self.finish(dataset_id, record_id, "done", attempt=attempt)
+                raise AlreadyReleased(dataset_id, record["release_id"], record["output"])
+            if trace is not None:
+                self.finish(dataset_id, record_id, "failed", attempt=attempt)
+                raise LedgerError(f"release {record['release_id']!r} of dataset {dataset_id!r}: an earlier attempt "
+                                  f"left {trace}, a draw that may have been seen; drawing again needs a new charge "
+                                  "(a new release id), once it is removed")  # fmt: skip
+        stop = threading.Event()
+        if attempt is not None:
+            threading.Thread(target=self._keep_lease, args=(dataset_id, record_id, attempt, stop), daemon=True,
+                             name="beam-expmech-lease").start()  # fmt: skip
         try:
             yield record_id
         except BaseException:
-            self.finish(dataset_id, record_id, "failed")
+            stop.set()
+            self.finish(dataset_id, record_id, "failed", attempt=attempt)
             raise
-        self.finish(dataset_id, record_id, "done")
+        stop.set()
+        self.finish(dataset_id, record_id, "done", attempt=attempt)
+
+    def _keep_lease(self, dataset_id: str, record_id: str, attempt: str, stop: threading.Event) -> None:
+        while not stop.wait(LEASE_SECONDS / 5):
+            try:
+                self._renew(dataset_id, record_id, attempt)
+            except Exception as error:  # a missed renewal: the next one may pass; the lease has four more fifths
+                _LOG.warning("ledger %s: the lease of release %s was not renewed (%s)", self.path, record_id,
+                             type(error).__name__)  # fmt: skip
 
     def _dataset(self, document: dict, dataset_id: str) -> dict:
         if dataset_id not in document["datasets"]:
             raise UnknownDatasetError(f"dataset {dataset_id!r} has no budget in {self.path}: set it once first (init)")
         return document["datasets"][dataset_id]
+
+
+def _wanted(release: Release, *, pipeline: str, parameters: dict, output: str | None) -> dict:
+    """What a record says of its release, compared when its release id is asked for again."""
+    return {"pipeline": pipeline, "parameters": parameters, "label": release.label, "epsilon": release.epsilon,
+            "rho": release.rho, "delta": release.delta, "output": output}  # fmt: skip
+
+
+def _check_same(dataset_id: str, record: dict, wanted: dict) -> None:
+    stored = record.get("parameters") or {}
+    differing = [f"parameter {key}" for key in {**stored, **wanted["parameters"]}
+                 if stored.get(key) != wanted["parameters"].get(key)]  # fmt: skip
+    differing += [key for key, value in wanted.items() if record.get(key) != value and key != "parameters"]
+    if differing:
+        raise LedgerError(f"release {record['release_id']!r} of dataset {dataset_id!r} was charged for another "
+                          f"release ({differing[0]} differs): an id names one release; give a new id")  # fmt: skip
+
+
+def _lease(attempt: str | None = None) -> dict:
+    """An attempt's token and the time its hold on the record runs out."""
+    until = _clock() + timedelta(seconds=LEASE_SECONDS)
+    return {"attempt": attempt or uuid.uuid4().hex, "lease_until": until.isoformat(timespec="milliseconds")}
+
+
+def _clock() -> datetime:
+    return datetime.now(UTC)
 
 
 def budget_of(dataset: dict) -> PrivacyBudget:
@@ -319,4 +398,4 @@ class _GcsStore:
         raise LedgerError(f"{self.path}: gave up after {self._ATTEMPTS} conflicting writes")
 
 
-__all__ = ["AlreadyReleased", "Ledger", "LedgerError", "OverspendError", "budget_of"]
+__all__ = ["AlreadyReleased", "Ledger", "LedgerError", "OverspendError", "ReleaseBusyError", "budget_of"]

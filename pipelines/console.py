@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 from beam_expmech.io.errors import InputError, describe_error
-from beam_expmech.ledger import AlreadyReleased, OverspendError
+from beam_expmech.ledger import AlreadyReleased, OverspendError, ReleaseBusyError
 from beam_expmech.releases.passes import JobFailedError
 from beam_expmech.releases.runners import RunnerUnavailableError
 
-# Exit codes: the job failed after it started reading (its charge stays) or its runner cannot be reached
-# (found before the charge: nothing spent), a usage error (nothing spent), the budget would be overspent
-# (nothing spent).
+# Exit codes: the job failed after it started reading (its charge stays), its runner cannot be reached or
+# another attempt of its release id is running (found before the charge: nothing spent; try again later), a
+# usage error (nothing spent), the budget would be overspent (nothing spent).
 JOB_ERROR = 1
 USAGE_ERROR = 2
 BUDGET_ERROR = 3
@@ -37,6 +39,7 @@ def configure_logging(argv: Sequence[str]) -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.addFilter(_first_line_of_beam_errors)
+        handler.addFilter(lambda record: _end_open_line() or True)  # a log line never lands on a bar's line
         root.addHandler(handler)
         root.setLevel(logging.WARNING)
     logging.getLogger("apache_beam").setLevel(logging.WARNING)  # even where a host set the root lower
@@ -58,31 +61,59 @@ def _first_line_of_beam_errors(record: logging.LogRecord) -> bool:
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run ``main``; a user error becomes one line on stderr and exit code 2, never a traceback."""
+    """Run ``main``; a user error becomes one line on stderr and exit code 2, never a traceback. A SIGTERM (a
+    scheduler's kill, a timeout) ends it as an exception would: a reservation it holds is marked failed."""
     configure_logging(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return main(argv)
     except AlreadyReleased as done:  # a release id run again: nothing to do is success
         print(done)
         return 0
     except (InputError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return USAGE_ERROR
+        return _error(error, USAGE_ERROR)
     except OverspendError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BUDGET_ERROR
-    except (JobFailedError, RunnerUnavailableError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return JOB_ERROR
+        return _error(error, BUDGET_ERROR)
+    except (JobFailedError, RunnerUnavailableError, ReleaseBusyError) as error:
+        return _error(error, JOB_ERROR)
+    finally:
+        _end_open_line()
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _error(error: Exception, code: int) -> int:
+    _end_open_line()  # a bar the run left open: the error starts a line of its own
+    print(f"error: {error}", file=sys.stderr)
+    return code
+
+
+def terminal_progress() -> Callable[[str, float, float], None] | None:
+    """``draw_progress`` where stderr is a terminal; None elsewhere (a log file, a scheduler): no bars there."""
+    return draw_progress if sys.stderr.isatty() else None
+
+
+_open_line = [False]  # a bar drawn and not yet ended: an error line must start on a line of its own
 
 
 def draw_progress(what: str, done: float, total: float) -> None:
     """One line on the terminal's stderr, redrawn in place: ``what``, a bar, and how far (``done`` of ``total``
-    where both are whole numbers, else a share). The call with done >= total ends the line, so the summary
-    line after it starts on a line of its own (the bar is on stderr, the summary on stdout)."""
+    where they are ints, rounds say; else a share: bytes, rho, work). The call with done >= total ends the line,
+    so the summary line after it starts on a line of its own (the bar is on stderr, the summary on stdout); so
+    does an error (``run_cli``) or a log line."""
     share = min(1.0, done / total) if total > 0 else 1.0
     filled = round(30 * share)
-    whole = float(done).is_integer() and float(total).is_integer()
-    amount = f"{done:,.0f} of {total:,.0f}" if whole else f"{share:.0%}"
-    end = "\n" if done >= total else ""
-    print(f"\r{what} [{'#' * filled}{'.' * (30 - filled)}] {amount}", end=end, file=sys.stderr, flush=True)
+    counted = isinstance(done, int) and isinstance(total, int)
+    amount = f"{done:,} of {total:,}" if counted else f"{share:.0%}"
+    _open_line[0] = done < total
+    end = "" if _open_line[0] else "\n"
+    print(f"\r{what} [{'#' * filled}{'.' * (30 - filled)}] {amount}\x1b[K", end=end, file=sys.stderr, flush=True)
+
+
+def _end_open_line() -> None:
+    if _open_line[0]:
+        _open_line[0] = False
+        print(file=sys.stderr, flush=True)

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(release.dry_run())
         return 0
-    released = release.run(beam_args)
+    released = release.run(beam_args, progress=console.terminal_progress())
     print(
         f"weights {released['weights']} for {', '.join(released['features'])} >= {args.label}: one of "
         f"{released['num_candidates']:,} candidates by the exponential mechanism, epsilon={args.epsilon:g}; "

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(release.dry_run())
         return 0
-    released = release.run(beam_args)
+    released = release.run(beam_args, progress=console.terminal_progress())
     values = ", ".join(f"q{q} = {v:.6g}" for q, v in released["quantiles"].items())
     print(f"{values}: {len(released['quantiles'])} quantiles of {args.column}, epsilon={args.epsilon:g}; "
           f"release {args.output}")  # fmt: skip

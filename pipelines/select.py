@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(release.dry_run())
         return 0
-    released = release.run(beam_args)
+    released = release.run(beam_args, progress=console.terminal_progress())
     found, k, mechanism = released["selected"], released["top_k"], released["mechanism"]
     if args.candidates is None and args.candidate_range is None:
         fewer = "" if len(found) == k else f" ({len(found)} of {k}: the others did not clear the threshold)"

@@ -87,8 +87,7 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
     """The release the flags declare."""
     query = Synthesis(read_domain(args.domain), method=args.method, columns=args.columns and args.columns.split(","),
                       degree=args.workload_degree, rows=args.rows, max_synthetic_rows=args.max_synthetic_rows,
-                      rounds=args.rounds, domain_name=args.domain,
-                      progress=console.draw_progress if sys.stderr.isatty() else None)  # fmt: skip
+                      rounds=args.rounds, domain_name=args.domain)  # fmt: skip
     if args.method != "aim" and args.delta is not None:
         raise ValueError(f"--delta is for aim: {args.method} is pure epsilon-DP")
     delta = (AIM_DELTA if args.delta is None else args.delta) if args.method == "aim" else 0.0
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(release.dry_run())
         return 0
-    manifest = release.run(beam_args)
+    manifest = release.run(beam_args, progress=console.terminal_progress())
     guarantee = f"epsilon={args.epsilon:g}" + (f", delta={manifest['delta']:g}" if args.method == "aim" else "")
     print(
         f"wrote {manifest['rows']:,} synthetic rows of {len(manifest['columns'])} columns by {args.method}, "

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import stat
+import time
 
 import pytest
 
+from beam_expmech import ledger as ledger_module
 from beam_expmech.accounting import Release
-from beam_expmech.ledger import AlreadyReleased, Ledger, LedgerError, OverspendError, budget_of
+from beam_expmech.ledger import AlreadyReleased, Ledger, LedgerError, OverspendError, ReleaseBusyError, budget_of
 
 
 def test_approximate_releases_keep_their_delta_in_the_ledger(tmp_path):
@@ -145,17 +148,64 @@ def test_a_release_id_is_charged_once_run_again_after_a_failure_and_done_once(tm
     assert len(ledger.dataset("d")["releases"]) == 2
 
 
-def test_an_attempt_that_wrote_its_release_and_died_is_marked_done_not_run_again(tmp_path):
+def test_an_attempt_that_wrote_its_release_and_died_is_marked_done_and_a_trace_of_a_draw_is_refused(tmp_path):
     ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.init("d", epsilon=2.0)
     release, details = Release.pure(0.5, "a"), {"pipeline": "select", "parameters": {}, "output": "o.json"}
     ran = []
-    with ledger.charged("d", release, release_id="r", written=lambda: True, **details):
+    with ledger.charged("d", release, release_id="r", drawn=lambda: (True, None), **details):
         ran.append(1)  # a first attempt runs whatever is at its output: the id is new
-    ledger.finish("d", ledger.dataset("d")["releases"][0]["id"], "failed")  # as if it died before it said so
-    with pytest.raises(AlreadyReleased), ledger.charged("d", release, release_id="r", written=lambda: True, **details):
+    for record_id in [r["id"] for r in ledger.dataset("d")["releases"]]:
+        ledger.finish("d", record_id, "failed")  # as if it died before it said so
+    with pytest.raises(AlreadyReleased), ledger.charged("d", release, release_id="r", drawn=lambda: (True, None),
+                                                        **details):  # fmt: skip
         ran.append(2)
     assert ran == [1] and [r["status"] for r in ledger.dataset("d")["releases"]] == ["done"]
+
+    trace = str(tmp_path / "t.csv")  # a table without its manifest: a draw that may have been read
+    ledger.reserve("d", release, release_id="s", **details)
+    ledger.finish("d", ledger.dataset("d")["releases"][-1]["id"], "failed")
+    with pytest.raises(LedgerError, match=r"left .*t\.csv, a draw that may have been seen; drawing again needs"), \
+            ledger.charged("d", release, release_id="s", drawn=lambda: (False, trace), **details):  # fmt: skip
+        ran.append(3)
+    assert ran == [1] and budget_of(ledger.dataset("d")).spent() == pytest.approx(1.0)
+
+
+def test_an_attempt_holds_its_release_id_while_it_runs_and_loses_it_when_its_lease_runs_out(tmp_path, monkeypatch):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=2.0)
+    release, details = Release.pure(0.5, "a"), {"pipeline": "select", "parameters": {}, "output": "o.json"}
+    first = ledger.reserve("d", release, release_id="r", **details)  # running, or died without a word
+    with pytest.raises(ReleaseBusyError, match="'r' of dataset 'd' has an attempt running"):
+        ledger.reserve("d", release, release_id="r", **details)
+    (record,) = ledger.dataset("d")["releases"]
+    assert record["attempts"] == 1 and record["status"] == "reserved"
+
+    stale = record["attempt"]
+    later = ledger_module._clock() + datetime.timedelta(seconds=ledger_module.LEASE_SECONDS + 1)
+    monkeypatch.setattr(ledger_module, "_clock", lambda: later)  # the first attempt's lease has run out
+    ledger.reserve("d", release, release_id="r", **details)
+    (record,) = ledger.dataset("d")["releases"]
+    assert record["attempts"] == 2 and record["attempt"] != stale
+    with pytest.raises(LedgerError, match="another attempt took it over"):
+        ledger.finish("d", first, "done", attempt=stale)  # the first attempt, late: it may not say done
+    assert ledger.dataset("d")["releases"][0]["status"] == "reserved"
+    assert budget_of(ledger.dataset("d")).spent() == pytest.approx(0.5)
+
+
+def test_a_running_attempt_renews_its_lease(tmp_path, monkeypatch):
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=2.0)
+    monkeypatch.setattr(ledger_module, "LEASE_SECONDS", 0.5)  # renewed every 0.1 s
+    details = {"pipeline": "select", "parameters": {}, "output": "o.json"}
+    with ledger.charged("d", Release.pure(0.5, "a"), release_id="r", **details):
+        leases = set()
+        for _ in range(10):
+            leases.add(ledger.dataset("d")["releases"][0]["lease_until"])
+            time.sleep(0.2)
+        with pytest.raises(ReleaseBusyError):  # held all along, well past one lease
+            ledger.reserve("d", Release.pure(0.5, "a"), release_id="r", **details)
+    assert len(leases) >= 2 and ledger.dataset("d")["releases"][0]["status"] == "done"
 
 
 def test_ensure_sets_a_budget_once_and_refuses_another(tmp_path):

@@ -182,6 +182,25 @@ def splits(path: str, fmt: str) -> list[tuple[str, str, int | None]]:
     return [(path, fmt, None)]
 
 
+def split_bytes(split: tuple[str, str, int | None]) -> float:
+    """The share of its file's size that a split stands for (a file's size: public, as its name is): a whole
+    file's size; a Parquet row group's, in proportion to its compressed bytes among the file's row groups."""
+    path, _, group = split
+    size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    if group is None:
+        return float(size)
+    with FileSystems.open(path) as handle:
+        metadata = pq.ParquetFile(handle).metadata
+    compressed = [sum(metadata.row_group(g).column(c).total_compressed_size for c in range(metadata.num_columns))
+                  for g in range(metadata.num_row_groups)]  # fmt: skip
+    return size * compressed[group] / max(sum(compressed), 1)
+
+
+def total_bytes(paths: Sequence[str]) -> int:
+    """The files' sizes, summed."""
+    return sum(m.size_in_bytes for result in FileSystems.match(list(paths)) for m in result.metadata_list)
+
+
 def read_split(
     split: tuple[str, str, int | None], columns: Sequence[str], delimiter: str = ","
 ) -> Iterator[pa.RecordBatch | MalformedRows]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import posixpath
 from collections.abc import Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
 from beam_expmech.accounting import PrivacyBudget, Release
-from beam_expmech.io import release_files
+from beam_expmech.io import readers, release_files
 from beam_expmech.ledger import Ledger, UnknownDatasetError, budget_of
 from beam_expmech.releases.declaration import Budget
 
@@ -29,7 +30,8 @@ def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, par
         return
     reservation = Ledger(budget.ledger).charged(
         budget.dataset_id, release, pipeline=pipeline, parameters=parameters, output=output,
-        release_id=budget.release_id, written=None if output is None else functools.partial(written, output),
+        release_id=budget.release_id,
+        drawn=None if output is None else functools.partial(drawn, output, budget.release_id),
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
         try:
@@ -42,14 +44,31 @@ def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, par
         yield  # the block's exception, if any, reaches the reservation: marked failed, charge kept
 
 
-def written(output: str) -> bool:
-    """Whether the release at ``output`` is complete: its manifest, written last, or its JSON document."""
-    return FileSystems.exists(release_files.manifest_path(output) if release_files.writes_manifest(output)
-                              else output)  # fmt: skip
+def drawn(output: str, release_id: str | None) -> tuple[bool, str | None]:
+    """What earlier attempts of ``release_id`` left at ``output``: (True, None) where its release is complete (its
+    manifest or JSON document, written last, naming that release id); else (False, the first trace of a draw that
+    may have been seen: a document of another release, a table without its manifest, a staged table, released
+    bin edges), or (False, None): nothing."""
+    document = release_files.manifest_path(output) if release_files.writes_manifest(output) else output
+    if FileSystems.exists(document):
+        try:
+            named = json.loads(readers.read_text(document)).get("release_id")
+        except Exception:  # not a document of ours: a trace all the same
+            named = None
+        return (True, None) if named == release_id and named is not None else (False, document)
+    folder, name = posixpath.split(output)
+    staged, edges = f".staged-*-{name}", f".edges-*-{posixpath.splitext(name)[0]}.json"  # synthesis.py's names
+    for pattern in (output, posixpath.join(folder, staged), posixpath.join(folder, edges)):
+        found = [m.path for result in FileSystems.match([pattern]) for m in result.metadata_list]
+        if found:
+            return False, found[0]
+    return False, None
 
 
-def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan: dict) -> str:
-    """What a run would do and spend, read from its public parameters (and the ledger's remaining budget)."""
+def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan: dict, named: dict) -> str:
+    """What a run would do and spend, read from its public parameters (and the ledger's remaining budget; with a
+    release id, what the ledger holds of it, checked as a run would: ``named``, its pipeline, parameters and
+    output)."""
     lines = [
         "dry run: no data read, nothing spent",
         f"  input: {source}",
@@ -65,7 +84,7 @@ def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan:
             + (f" and {left.remaining_delta():g} of delta={left.delta:g}" if left.delta else "")
         )
     if budget.release_id is not None:
-        record = next((r for r in dataset["releases"] if r.get("release_id") == budget.release_id), None)
+        record = Ledger(budget.ledger).state(budget.dataset_id, cost, release_id=budget.release_id, **named)
         state = ("new: charged when it runs" if record is None else
                  "done already: a run reads nothing and spends nothing" if record["status"] == "done" else
                  f"charged already ({record['status']}): a run spends nothing more")  # fmt: skip

@@ -3,9 +3,12 @@ keys of a column), then the final step and its write."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
@@ -14,8 +17,10 @@ from beam_expmech.io import readers, writers
 from beam_expmech.io.errors import InputError, describe_error, first_line
 from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.predicates import PredicateFamily
+from beam_expmech.progress import Relay, listening
 from beam_expmech.releases import runners
 from beam_expmech.releases.declaration import Files, PrivacyUnit, Rows
+from beam_expmech.synth import Progress
 from beam_expmech.transforms import (
     BoundContributions,
     PredicateCounts,
@@ -41,7 +46,9 @@ class JobFailedError(RuntimeError):
 class Reading:
     """How one run reads its data, whatever it computes: the ``source`` (its ``files`` matched and checked, or
     rows), the privacy ``unit`` it bounds, the rejected rows' ``dead_letter`` (None: counted, not kept), the
-    Beam ``pipeline_args`` and the test ``seed``."""
+    Beam ``pipeline_args``, the test ``seed``, and ``progress``: told, where the runner reads in this process
+    (the DirectRunner), the bytes of the files read so far ("reading 3 files (45.1 MB)", done, total), and
+    once a pass has read everything, total of total (sizes of files: public, as their names are)."""
 
     source: Files | Rows
     files: tuple[str, ...]
@@ -49,6 +56,8 @@ class Reading:
     dead_letter: str | None = None
     pipeline_args: tuple[str, ...] = ()
     seed: int | None = None
+    progress: Progress | None = None  # told how much of the files' bytes each pass has read
+    progress_token: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
 
     def describe(self) -> str:
         """Where the data come from, as a log line or a dry run says it (a count and a pattern, no data)."""
@@ -105,7 +114,9 @@ def read_valid_batches(pipeline: beam.Pipeline, reading: Reading, specs: Sequenc
         checked = rows | "Validate" >> RowsToBatches(schema=specs, identity_types=reading.source.identity_types,
                                                      **extra)  # fmt: skip
     else:
-        read = ReadRecordBatches(reading.files, reading.source.format, specs, delimiter=reading.source.delimiter)
+        relay = None if reading.progress is None else Relay(reading.progress_token + "/read")
+        read = ReadRecordBatches(reading.files, reading.source.format, specs, delimiter=reading.source.delimiter,
+                                 progress=relay)  # fmt: skip
         batches = pipeline | "Read" >> read
         checked = batches | "Validate" >> ValidateBatches(specs)
     if reading.dead_letter is None:
@@ -215,8 +226,10 @@ def run_pipeline(reading: Reading, pipeline: beam.Pipeline) -> None:
     log_dead_letter(reading.dead_letter)
     result = None
     try:
-        result = pipeline.run()
-        runners.wait(result, reading.pipeline_args)
+        with _telling_progress(reading) as finished:
+            result = pipeline.run()
+            runners.wait(result, reading.pipeline_args)
+            finished()
     except runners.NoWorkerError as error:  # ours: says no data
         raise JobFailedError(f"the job failed: {error}; nothing was released, the budget reserved for it "
                              "stays spent") from error  # fmt: skip
@@ -228,6 +241,31 @@ def run_pipeline(reading: Reading, pipeline: beam.Pipeline) -> None:
         runners.close(result)
     # The release is written: from here on nothing may raise, or the ledger would mark a written release failed.
     log_row_counts(result)
+
+
+@contextlib.contextmanager
+def _telling_progress(reading: Reading) -> Iterator[Callable[[], None]]:
+    """Within the block, ``reading.progress`` is told each split read (in this process), and whatever a step told
+    through ``Relay(reading.progress_token)`` (a generator's rounds); the block calls what it is given once the
+    pass has read everything."""
+    if reading.progress is None:
+        yield lambda: None
+        return
+    if isinstance(reading.source, Rows):  # no files: what steps tell (a generator's rounds) only
+        with listening(reading.progress_token, reading.progress):
+            yield lambda: None
+        return
+    total, done, lock = float(readers.total_bytes(reading.files)), [0.0], threading.Lock()
+    what = f"reading {len(reading.files)} file{'' if len(reading.files) == 1 else 's'} ({total / 1e6:,.1f} MB)"
+
+    def tell(split_bytes: float) -> None:
+        with lock:  # splits may end on several of the runner's threads at once
+            done[0] = min(done[0] + split_bytes, total)
+            if done[0] < total:  # the last call, total of total, once the pass is over
+                reading.progress(what, done[0], total)
+
+    with listening(reading.progress_token + "/read", tell), listening(reading.progress_token, reading.progress):
+        yield lambda: reading.progress(what, total, total)
 
 
 def built(build: Callable[[], beam.Pipeline]) -> beam.Pipeline:

@@ -13,19 +13,23 @@ release), and a session that holds the data (the dataset's budget lives in a led
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields as dataclass_fields
 
 import pyarrow as pa
 
 from beam_expmech import parameters
 from beam_expmech.io import avro_tables, release_files, writers
+from beam_expmech.ledger import AlreadyReleased, Ledger, UnknownDatasetError
 from beam_expmech.releases import charges, passes, runners
 from beam_expmech.releases.declaration import EACH_ROW, Budget, Files, PrivacyUnit, Rows
 from beam_expmech.releases.queries import Halfspace, Quantiles, Select
 from beam_expmech.releases.synthesis import Synthesis
+from beam_expmech.synth import Progress
 
 QUERIES = (Select, Quantiles, Halfspace, Synthesis)
 Query = Select | Quantiles | Halfspace | Synthesis
@@ -70,9 +74,13 @@ class PrivateRelease:
             avro_tables.avro_schema(pa.schema([(c, pa.int64()) for c in self.prepared.described]))
         writers.json_bytes(self.fields)  # every public field as JSON: refused here, not after the charge
         writers.json_bytes(self.parameters())  # and what the ledger records
+        if self.seed is not None and budget.release_id is not None:
+            raise ValueError("a test seed draws the same noise every run (not private): a named release may not "
+                             "take one")  # fmt: skip
+        self.done = self._done_already()  # a named release that is done: nothing below is needed, nor read
         written = {"output": self.output, "the output's manifest": beside, "dead_letter": self.dead_letter}
-        self.files = passes.check_input(self.source, self.prepared.specs, self.prepared.labels, unit=unit,
-                                        writes=written)  # fmt: skip
+        self.files = () if self.done else passes.check_input(self.source, self.prepared.specs, self.prepared.labels,
+                                                             unit=unit, writes=written)  # fmt: skip
 
     @property
     def cost(self):
@@ -88,41 +96,87 @@ class PrivateRelease:
         """What ``run`` would read, do and spend, and what the ledger has left: no row read, nothing spent."""
         unit = "each row" if self.unit.column is None else f"{self.unit.column}, at most {self.unit.max_rows} rows"
         return charges.dry_run_text(budget=self.budget, cost=self.cost, unit=unit, plan=self.prepared.plan,
-                                    source=self._reading(()).describe())  # fmt: skip
+                                    source=self._reading(()).describe(), named=self._named())  # fmt: skip
 
-    def run(self, pipeline_args: Sequence[str] = ()) -> dict:
+    def run(self, pipeline_args: Sequence[str] = (), *, progress: Progress | None = None) -> dict:
         """Charge the release, then run it (on the runner ``pipeline_args`` name, Beam's options: the DirectRunner
         by default) and write it; the release's document (its result and public fields; synthetic data: the
         manifest). The runner is checked and the graph built before the charge, so that what breaks them spends
-        nothing; a job that fails after the charge raises ``JobFailedError`` and its budget stays spent."""
+        nothing; a job that fails after the charge raises ``JobFailedError`` and its budget stays spent.
+        ``progress`` (``synth.Progress``) is told how much of the files each data pass has read (where the runner
+        reads in this process, as the DirectRunner does; elsewhere only when the pass is over): the files'
+        sizes, public as their names are. With a ``budget.release_id`` that is done already, raises
+        ``ledger.AlreadyReleased`` (nothing read, nothing spent)."""
+        if self.done is not None:
+            raise self.done
         args = tuple(pipeline_args)
         unknown = runners.check_beam_options(args)
         if unknown:
             raise ValueError(f"{unknown[0]!r} is not one of Beam's pipeline options")
         runners.check_runner(args)
-        return self.prepared.run(self._reading(args), charged=self._charged, output=self.output)
+        return self.prepared.run(self._reading(args, progress), charged=self._charged, output=self.output)
 
-    def _reading(self, pipeline_args: tuple[str, ...]) -> passes.Reading:
-        return passes.Reading(self.source, self.files, self.unit, self.dead_letter, pipeline_args, self.seed)
+    def _reading(self, pipeline_args: tuple[str, ...], progress: Progress | None = None) -> passes.Reading:
+        return passes.Reading(self.source, self.files, self.unit, self.dead_letter, pipeline_args, self.seed,
+                              progress)  # fmt: skip
 
     @contextlib.contextmanager
     def _charged(self) -> Iterator[None]:
-        with charges.charge(self.budget, self.cost, delta=self.prepared.delta, pipeline=self.query.pipeline,
-                            parameters=self.parameters(), output=self.output):  # fmt: skip
+        with charges.charge(self.budget, self.cost, delta=self.prepared.delta, **self._named()):
             yield
+
+    def _named(self) -> dict:
+        """What the ledger records beside the charge, and compares when a release id is asked for again."""
+        return {"pipeline": self.query.pipeline, "parameters": self.parameters(), "output": self.output}
+
+    def _done_already(self) -> AlreadyReleased | None:
+        """Where the budget names a release id the ledger holds as done (and for this very release): what ``run``
+        raises, before any file is looked at. Another release under the id is refused here."""
+        if self.budget.release_id is None:
+            return None
+        try:
+            record = Ledger(self.budget.ledger).state(self.budget.dataset_id, self.cost,
+                                                      release_id=self.budget.release_id, **self._named())  # fmt: skip
+        except UnknownDatasetError:  # said by the charge, with how to set a budget
+            return None
+        if record is None or record["status"] != "done":
+            return None
+        return AlreadyReleased(self.budget.dataset_id, self.budget.release_id, record["output"])
 
     def parameters(self) -> dict:
         """The declaration's public parameters, as the ledger records them beside the charge."""
-        declared = {"input": getattr(self.source, "pattern", "rows"), "output": self.output,
+        declared = {"input": getattr(self.source, "pattern", "rows"), "format": getattr(self.source, "format", None),
+                    "delimiter": getattr(self.source, "delimiter", None), "output": self.output,
                     "dead_letter": self.dead_letter, "seed": self.seed, "query": type(self.query).__name__,
                     "privacy_unit": self.unit.column, "max_rows_per_unit": self.unit.max_rows,
                     "max_keys_per_unit": self.unit.max_keys, "epsilon": self.budget.epsilon,
                     "delta": self.budget.delta, "dataset_id": self.budget.dataset_id}  # fmt: skip
         for field in dataclass_fields(self.query):
             value = getattr(self.query, field.name)
-            if isinstance(value, (str, int, float, bool, type(None))) and field.name not in declared:
+            if field.name in declared:
+                continue
+            if isinstance(value, (str, int, float, bool, type(None))):
                 declared[field.name] = value
+            else:  # candidates, quantiles, a domain: a digest, so that a release id names them too
+                declared[field.name + "_sha256"] = _digest(value)
         return declared
+
+
+def _digest(value: object) -> str:
+    """A value's SHA-256, of a canonical JSON form (a range as its bounds, mappings by key, grids by their state)."""
+
+    def canonical(item):
+        if isinstance(item, range):
+            return {"range": [item.start, item.stop, item.step]}
+        if isinstance(item, Mapping):
+            return {str(k): canonical(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [canonical(v) for v in item]
+        if isinstance(item, (str, int, float, bool, type(None))):
+            return item
+        return canonical(vars(item)) if hasattr(item, "__dict__") else repr(item)
+
+    return hashlib.sha256(json.dumps(canonical(value), sort_keys=True).encode()).hexdigest()
 
 
 def destination(path: str, name: str) -> str:

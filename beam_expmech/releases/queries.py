@@ -117,7 +117,8 @@ def release_fields(
     delta: float = 0.0,
     **details,
 ) -> dict:
-    """The public fields every release carries (beam_expmech.manifest), from its declaration, then ``details``."""
+    """The public fields every release carries (beam_expmech.manifest), from its declaration (its release id, if
+    the budget names one: what a later attempt knows it by), then ``details``."""
     return manifest(
         mechanism=mechanism,
         epsilon=budget.epsilon,
@@ -128,6 +129,7 @@ def release_fields(
         accuracy=accuracy,
         beta=beta,
         private_randomness=seed is None,
+        **({"release_id": budget.release_id} if budget.release_id is not None else {}),
         **details,
     )
 

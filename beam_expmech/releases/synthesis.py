@@ -29,11 +29,12 @@ from beam_expmech.grids import NumericGrid
 from beam_expmech.io import release_files, writers
 from beam_expmech.io.validation import ColumnSpec
 from beam_expmech.predicates import HistogramCounts
+from beam_expmech.progress import Relay
 from beam_expmech.releases import domains
 from beam_expmech.releases.declaration import Budget, Files, PrivacyUnit, Rows
 from beam_expmech.releases.passes import CountingJob, Reading, built, counting_pipeline, read_back, run_pipeline
 from beam_expmech.releases.queries import release_fields
-from beam_expmech.synth import MAX_MEMORY, Progress
+from beam_expmech.synth import MAX_MEMORY
 from beam_expmech.transforms import GatherCounts, PrivateQuantiles, PrivateSynthesis
 from beam_expmech.transforms.quantiles import JOINT_BINS
 
@@ -51,7 +52,7 @@ class Synthesis:
     the workload's k-way marginals (aim, mwem); ``rows``: the synthetic rows (required for blr), or else the noisy
     size capped at ``max_synthetic_rows``; ``rounds``: mwem's rounds, aim's first rounds' share. Sensitivity,
     derived: a unit's K rows add at most K to the cells of each marginal. ``domain_name`` names the domain in
-    messages (its file); ``progress`` (``synth.Progress``) is told how far AIM's or MWEM's rounds are.
+    messages (its file). ``PrivateRelease.run(progress=...)`` is told how far AIM's or MWEM's rounds are.
     """
 
     domain: Mapping
@@ -62,7 +63,6 @@ class Synthesis:
     max_synthetic_rows: int | None = None
     rounds: int | None = None
     domain_name: str = "the domain"
-    progress: Progress | None = None
     pipeline: ClassVar[str] = "synthesize"
 
     def __post_init__(self):
@@ -144,9 +144,9 @@ class PreparedSynthesis:
                                     max_rows=self.unit.rows, seed=self.seed)
                 for c, p in self.private.items()}  # fmt: skip
 
-    def synthesis(self, grids: dict[str, NumericGrid]) -> PrivateSynthesis:
+    def synthesis(self, grids: dict[str, NumericGrid], progress: Relay | None = None) -> PrivateSynthesis:
         """The generator's final step on ``grids``: AIM beside the edges' releases by the better route, MWEM and
-        BLR with what the edges leave of epsilon."""
+        BLR with what the edges leave of epsilon; ``progress`` told its rounds and row fitting."""
         query, epsilon, elsewhere = self.query, self.budget.epsilon, []
         if self.edges and query.method == "aim":
             elsewhere = [e.cost for e in self.edges.values()]
@@ -155,7 +155,7 @@ class PreparedSynthesis:
         return PrivateSynthesis(method=query.method, domain=self.domain, epsilon=epsilon, delta=self.budget.delta,
                                 degree=query.degree, rows=query.rows, max_synthetic_rows=query.max_synthetic_rows,
                                 rounds=query.rounds, max_rows=self.unit.rows, grids=grids, elsewhere=elsewhere,
-                                seed=self.seed, progress=query.progress)  # fmt: skip
+                                seed=self.seed, progress=progress)  # fmt: skip
 
     @property
     def specs(self) -> list[ColumnSpec]:
@@ -218,13 +218,15 @@ class PreparedSynthesis:
         """Charge once (edges' passes included), release the edges, then count and release the table; the
         manifest read back once written."""
         staged = staged_path(output)
-        graph = self._main_pass(reading, self.step, output, staged)  # before the charge: what breaks it, free
+        relay = None if reading.progress is None else Relay(reading.progress_token)  # pickled with the step
+        step = self.step if relay is None else self.synthesis(self.numeric, relay)
+        graph = self._main_pass(reading, step, output, staged)  # before the charge: what breaks it, free
         with charged():  # before any row is read
             for column, quantiles in self.edges.items():
                 spec = domains.domain_spec(column, self.private[column])
                 self.numeric[column] = self.private[column].grid(released_quantiles(reading, output, spec, quantiles))
             if self.edges:  # the same checks as before the charge, passed then, and the pass on the released grids
-                graph = self._main_pass(reading, self.synthesis(self.numeric), output, staged)
+                graph = self._main_pass(reading, self.synthesis(self.numeric, relay), output, staged)
             try:
                 run_pipeline(reading, graph)
             except BaseException:

@@ -12,8 +12,10 @@ from beam_expmech import parameters
 from beam_expmech.accounting import Release
 
 Progress = Callable[[str, float, float], None]
-"""Told how far a generator is: (what, done, total), the last call with done == total. Only what the
-mechanism may release reaches it (rounds and the budget they spent), never a count; a terminal draws it."""
+"""Told how far a run is: (what, done, total), the last call with done == total. Only what is public or what
+the mechanisms may release reaches it (the bytes of the files read, rounds and the budget they spent, the row
+fitting's work: post-processing), never a count of the data; a terminal draws it: ints as counts ("3 of 10"),
+floats as a share."""
 
 
 @dataclass

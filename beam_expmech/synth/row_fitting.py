@@ -23,22 +23,24 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from beam_expmech.mechanisms.randomness import RandomSource
-from beam_expmech.synth import sampling
+from beam_expmech.synth import Progress, sampling
 
 ROUNDS = 4  # rounds of moves a column gets before the next column's
 ROUND_VALUES = 2**22  # values weighed in one round (rows x marginals x values): about 96 MiB at the peak
 ROUND_COST = 2**16  # the least a round is charged: its fixed cost, so that small tables' rounds are bounded too
 WORK = 2**30  # values weighed in all: 20 to 100 ns each here, so up to two minutes; small tables stop sooner
 PASSES = 16  # passes of ``_kept`` a round; proposals still left propose again in the next round
+FITTING = "fitting the rows to the measured marginals"  # what progress is told
 _GAIN = 1e-9  # the least gain, in rows of L1 distance, worth a move (the targets are floats)
 
 
 def synthetic_rows(
-    model, domain: dict[str, int], marginals: Sequence[tuple[str, ...]], rows: int, *, source: RandomSource
-) -> dict[str, np.ndarray]:
+    model, domain: dict[str, int], marginals: Sequence[tuple[str, ...]], rows: int, *, source: RandomSource,
+    progress: Progress | None = None,
+) -> dict[str, np.ndarray]:  # fmt: skip
     """``rows`` rows drawn from a generator's ``model`` (its ``sample``), then fitted to its answers on the
     workload ``marginals`` (its ``marginal``; ``fit_rows``). Post-processing."""
-    return fit_rows(model.sample(rows, source), domain, marginals, model.marginal, source=source)
+    return fit_rows(model.sample(rows, source), domain, marginals, model.marginal, source=source, progress=progress)
 
 
 def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -> Callable[[int], int]:
@@ -94,10 +96,12 @@ def fit_rows(
     probabilities: Callable[[tuple[str, ...]], np.ndarray],
     *,
     source: RandomSource,
+    progress: Progress | None = None,
 ) -> dict[str, np.ndarray]:
     """``codes`` ({column: codes of each row}) after the local search towards n ``probabilities(m)`` on each
     workload marginal m (its axes in m's order): sweeps over the columns until a sweep moves no row, or ``WORK``
-    is spent. Post-processing: no data is read, no budget spent."""
+    is spent. Post-processing: no data is read, no budget spent. ``progress`` is told the work spent of ``WORK``
+    after each column's rounds, and all of it when the search ends (it may end sooner: no row left to move)."""
     table = _table(codes, domain)
     columns = list(domain)
     if not table.size or not marginals:
@@ -113,6 +117,10 @@ def fit_rows(
                 moved, work = moved or kept > 0, work + weighed
                 if not kept:
                     break
+            if progress is not None and work < WORK:
+                progress(FITTING, float(work), float(WORK))
+    if progress is not None:
+        progress(FITTING, float(WORK), float(WORK))
     return {c: table[:, i] for i, c in enumerate(columns)}
 
 

@@ -11,6 +11,7 @@ from apache_beam.metrics import Metrics
 
 from beam_expmech.io import readers, writers
 from beam_expmech.io.validation import ColumnSpec, MalformedRows, check_batch, reason_column
+from beam_expmech.progress import Relay
 from beam_expmech.transforms.lineage import FAMILIES, VALIDATED, mark, upstream
 
 # Operator-facing metrics: NOT private, never written to a release (docs/DESIGN.md section 4).
@@ -26,6 +27,12 @@ GOOD, DEAD = "good", "dead"
 _LISTED_FILES = 128
 
 
+def _read_and_tell(split: tuple, columns: Sequence[str], delimiter: str, relay: Relay) -> Iterator:
+    yield from readers.read_split(split, columns, delimiter)
+    if relay.heard():  # a split's bytes cost its file's metadata again: only where someone listens
+        relay(readers.split_bytes(split))
+
+
 def _splits(entry: tuple) -> list[tuple[str, str, int | None]]:
     """A file's splits (``readers.splits``), or a split listed already, itself."""
     return readers.splits(*entry) if len(entry) == 2 else [entry]
@@ -39,13 +46,17 @@ class ReadRecordBatches(beam.PTransform):
     group, CSV and Avro by file; nothing is ever materialised whole. The files' schemas are checked
     when it is built (``readers.check_columns``): every file has the columns, each column of one type
     family in all (a unit read as 5 in one file and as "5" or 5.0 in another would be two units).
+    ``progress``: told the bytes of each split read (``readers.split_bytes``: of files, not of anything read from
+    them), where a listener hears it (``beam_expmech.progress``).
     """
 
     def __init__(
-        self, files: Sequence[str], fmt: str | None, columns: Sequence[str | ColumnSpec], *, delimiter: str = ","
-    ):
+        self, files: Sequence[str], fmt: str | None, columns: Sequence[str | ColumnSpec], *, delimiter: str = ",",
+        progress: Relay | None = None,
+    ):  # fmt: skip
         super().__init__()
         self.delimiter = readers.check_delimiter(delimiter)
+        self.progress = progress
         specs = [c for c in columns if isinstance(c, ColumnSpec)]
         self.columns = [c.name if isinstance(c, ColumnSpec) else c for c in columns]
         identities = [s.name for s in specs if s.kind == "any"]
@@ -61,9 +72,14 @@ class ReadRecordBatches(beam.PTransform):
             | "Files" >> beam.Create(self.entries)  # col: (path, format[, row group or None: a whole file])
             | "Splits" >> beam.FlatMap(_splits)  # col: (path, format, row group or None)
             | "Spread" >> beam.Reshuffle()
-            | "Read" >> beam.FlatMap(readers.read_split, self.columns, self.delimiter)  # col: RecordBatch
+            | "Read" >> self._read()  # col: RecordBatch
         )
         return mark(batches, FAMILIES, self.families)  # each column's type family, one in every file
+
+    def _read(self) -> beam.PTransform:
+        if self.progress is None:
+            return beam.FlatMap(readers.read_split, self.columns, self.delimiter)
+        return beam.FlatMap(_read_and_tell, self.columns, self.delimiter, self.progress)
 
 
 class _Validate(beam.DoFn):

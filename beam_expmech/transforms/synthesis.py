@@ -220,7 +220,8 @@ class PrivateSynthesis(beam.PTransform):
             details = {"rounds": len(result.measured), "rounds_asked": self.rounds}
         rows = self.rows or min(result.rows, self.max_synthetic_rows)  # a public cap on a released size
         source = random_source(None if self.seed is None else self.seed + 1)
-        codes = synthetic_rows(result.model, self.domain, self.family.marginals, rows, source=source)
+        codes = synthetic_rows(result.model, self.domain, self.family.marginals, rows, source=source,
+                               progress=self.progress)  # fmt: skip
         if self.rows is None:
             details["max_synthetic_rows"] = self.max_synthetic_rows
         return self._numbers(codes, source), details | {"rows": rows, "measured": [list(m) for m in result.measured]}

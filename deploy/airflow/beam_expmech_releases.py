@@ -68,6 +68,7 @@ PIPELINES = {"select": ".json", "quantiles": ".json", "learn": ".json", "synthes
 REQUIRED = ("input", "output", "ledger", "dataset_id", "releases")
 OPTIONAL = ("budget", "dead_letters", "runner", "dataflow", "dask", "beam_options")
 SET_BY_THE_DAG = ("input", "output", "dead_letter", "budget_ledger", "dataset_id", "release_id")
+REFUSED_FLAGS = ("seed",)
 RUNNERS = ("DirectRunner", "DataflowRunner", "DaskRunner")
 PYTHON = os.environ.get("BEAM_EXPMECH_PYTHON", "python3")
 LOOKBACK_DAYS = 400  # how far back a run looks for a day that reads its input under another dataset id
@@ -76,8 +77,9 @@ REFUSED = (2, 3)  # the pipelines' exit codes for a refusal before the charge: t
 
 def render(value, day: date):
     """``value`` (the variable, or any part of it) with every string rendered as a Jinja template of ``day``:
-    ds, ds_nodash, logical_date (midnight UTC), macros.ds_add, ds_format, datetime, timedelta. Anything else
-    (a Variable, a connection, params) is refused: a release's input and budget follow its date alone."""
+    ds, ds_nodash, logical_date (its year, month, day, strftime), macros.ds_add, macros.ds_format. Anything else
+    (a Variable, a connection, params, the clock, random) is refused: a release's input and budget follow its
+    date alone, the same on every run of that date."""
     if isinstance(value, dict):
         return {key: render(item, day) for key, item in value.items()}
     if isinstance(value, list):
@@ -97,7 +99,28 @@ def render(value, day: date):
 def _template(text: str):
     import jinja2.sandbox
 
-    return jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined).from_string(text)
+    environment = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
+    environment.filters.pop("random")  # the same day renders the same way, every time it runs
+    environment.globals.clear()  # range, lipsum (random), dict, cycler, joiner, namespace: none is a date
+    return environment.from_string(text)
+
+
+class _Day:
+    """The run's logical date as a template sees it: its parts and strftime, and no clock (``datetime``'s now()
+    and today() would give a partition's budget by the day a run happens to run)."""
+
+    def __init__(self, day: date):
+        self.year, self.month, self.day = day.year, day.month, day.day
+        self._moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+    def strftime(self, fmt: str) -> str:
+        return self._moment.strftime(fmt)
+
+    def isoformat(self) -> str:
+        return self._moment.isoformat()
+
+    def __str__(self) -> str:
+        return self.isoformat()
 
 
 def _date_context(day: date) -> dict:
@@ -107,10 +130,8 @@ def _date_context(day: date) -> dict:
     def ds_format(ds: str, input_format: str, output_format: str) -> str:
         return datetime.strptime(ds, input_format).strftime(output_format)
 
-    macros = SimpleNamespace(ds_add=ds_add, ds_format=ds_format, datetime=datetime, timedelta=timedelta)
-    logical_date = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    return {"ds": day.isoformat(), "ds_nodash": day.strftime("%Y%m%d"), "logical_date": logical_date,
-            "macros": macros}  # fmt: skip
+    macros = SimpleNamespace(ds_add=ds_add, ds_format=ds_format)
+    return {"ds": day.isoformat(), "ds_nodash": day.strftime("%Y%m%d"), "logical_date": _Day(day), "macros": macros}
 
 
 def plan_releases(config: dict, ds: str) -> dict:
@@ -127,7 +148,7 @@ def plan_releases(config: dict, ds: str) -> dict:
     if dead_letters and _inside(dead_letters, rendered["output"]):
         raise ValueError("the beam_expmech variable's dead_letters must lie outside output: they hold raw rows")
     on_dask = {"dask_client_address": dask_address(rendered.get("dask"))} if runner == "DaskRunner" else {}
-    releases = []
+    releases, stems = [], {}
     for name, declared in rendered["releases"].items():
         flags = dict(declared)
         pipeline, file = flags.pop("pipeline"), flags.pop("file", name + PIPELINES[declared["pipeline"]])
@@ -141,6 +162,11 @@ def plan_releases(config: dict, ds: str) -> dict:
             "dataset_id": dataset_id,
             "release_id": f"{name}/{ds}",
         }
+        stem = posixpath.splitext(file)[0]  # a table's manifest: STEM.manifest.json
+        if stem in stems:
+            raise ValueError(f"releases {stems[stem]!r} and {name!r} write {file!r} or its manifest alike: give each "
+                             "its own file name")  # fmt: skip
+        stems[stem] = name
         releases.append({
             "py_file": f"pipelines.{pipeline}",
             "runner": runner,
@@ -172,8 +198,23 @@ def _check_keys(config: dict) -> None:
             raise ValueError(f"release name {name!r}: letters, digits, _ and - only (it names files and release ids)")
         if not isinstance(declared, dict) or declared.get("pipeline") not in PIPELINES:
             raise ValueError(f'release {name!r} needs a "pipeline": one of {", ".join(PIPELINES)}')
-        if taken := [flag for flag in SET_BY_THE_DAG if flag in declared or flag.replace("_", "-") in declared]:
-            raise ValueError(f"release {name!r} sets {taken[0]}, which the DAG sets for each run: leave it out")
+        if taken := [flag for flag in map(_flag, declared) if flag in (*SET_BY_THE_DAG, *REFUSED_FLAGS)]:
+            raise ValueError(f"release {name!r} sets {taken[0]}, {_why(taken[0])}: leave it out")
+    if taken := [flag for flag in map(_flag, config.get("beam_options", {})) if flag in (*SET_BY_THE_DAG,
+                                                                                          *REFUSED_FLAGS)]:  # fmt: skip
+        raise ValueError(f"the beam_expmech variable's beam_options set {taken[0]}, {_why(taken[0])}: leave it out")
+
+
+def _flag(key: str) -> str:
+    """A key as the pipeline gets it: the Beam provider snake-cases a key (deadLetter: --dead_letter), and the
+    pipelines take --some-flag as --some_flag."""
+    return re.sub(r"(?!^)([A-Z]+)", r"_\1", str(key)).lower().replace("-", "_")
+
+
+def _why(flag: str) -> str:
+    if flag in REFUSED_FLAGS:
+        return "a test-only flag (the same noise every run: not private)"
+    return "which the DAG sets for each run"
 
 
 def _check_partitions(config: dict, day: date) -> None:
@@ -192,8 +233,16 @@ def _check_partitions(config: dict, day: date) -> None:
 
 
 def _inside(path: str, folder: str) -> bool:
-    path, folder = posixpath.normpath(path), posixpath.normpath(folder)
+    """Whether ``path`` lies in ``folder`` (or is it), each as the pipelines read it: file:// dropped, repeated
+    slashes one, gs:// kept."""
+    path, folder = _location(path), _location(folder)
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _location(path: str) -> str:
+    path = str(path).removeprefix("file://")
+    scheme = "gs://" if path.startswith("gs://") else ""
+    return scheme + posixpath.normpath(re.sub("/+", "/", path.removeprefix(scheme)))
 
 
 def dask_address(dask: dict | None) -> str:
@@ -263,5 +312,6 @@ with DAG(
         py_interpreter=PYTHON,
         py_requirements=None,  # the interpreter has beam-expmech already
         max_active_tis_per_dagrun=1,  # one job at a time on a worker's DirectRunner
+        deferrable=False,  # a deferred job's failure comes back without its exit code: a refusal would be retried
         map_index_template="{{ task.pipeline_options['release_id'] }}",
     ).expand_kwargs(prepare())

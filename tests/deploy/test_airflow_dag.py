@@ -196,13 +196,16 @@ def plan(config: dict, ds: str = "2026-12-01") -> dict:
 
 def dag_file_without_airflow() -> dict:
     """The DAG file's plain-Python part, run here without Airflow: every top-level statement of the file as
-    written, but its imports from Airflow, its operator class and the ``with DAG(...)`` block that builds the DAG."""
+    written, but its imports from Airflow, the classes built on them and the ``with DAG(...)`` block."""
     tree = ast.parse(DAG_FILE.read_text())
+    airflow = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("airflow") for alias in node.names}  # fmt: skip
     kept = [
         node
         for node in tree.body
         if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("airflow"))
-        and not isinstance(node, (ast.With, ast.ClassDef))
+        and not isinstance(node, ast.With)
+        and not (isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) in airflow for b in node.bases))
     ]
     namespace: dict = {"__name__": "beam_expmech_releases"}
     exec(compile(ast.Module(body=kept, type_ignores=[]), str(DAG_FILE), "exec"), namespace)
@@ -276,10 +279,27 @@ def test_the_variable_is_checked_before_any_release(tmp_path):
             **config, "releases": {"top_items": {**releases["top_items"], "release-id": "x"}}},
         "release 'x' needs a \"pipeline\"": {**config, "releases": {"x": {"pipeline": "count"}}},
         "release name 'a/b'": {**config, "releases": {"a/b": releases["spend"]}},
-        "its file is a file name": {**config, "releases": {"x": {**releases["spend"], "file": "../up.json"}}},
+        "its file is a file name": {**config, "releases": {"x": {**releases["spend"], "file": "up/there.json"}}},
+        "releases 'a' and 'b' write 'x.parquet' or its manifest alike": {**config, "releases": {
+            "a": {**releases["spend"], "file": "x.csv"}, "b": {**releases["synthetic"], "file": "x.parquet"}}},
+        "release 'top_items' sets dead_letter, which the DAG sets": {  # the provider passes deadLetter so
+            **config, "releases": {"top_items": {**releases["top_items"], "deadLetter": "/srv/public/rows.csv"}}},
+        "release 'top_items' sets seed, a test-only flag": {
+            **config, "releases": {"top_items": {**releases["top_items"], "seed": 1}}},
+        "beam_options set dead_letter, which the DAG sets": {**config, "beam_options": {"dead_letter": "/x.csv"}},
+        "beam_options set seed": {**config, "beam_options": {"seed": 3}},
         "budget is {": {**config, "budget": {"epsilon": 1, "rho": 0.1}},
         "is not a template of the run's date: 'var' is undefined": {**config, "input": "{{ var.value.x }}"},
+        "not a template of the run's date: 'beam_expmech_releases._Day object' has no attribute 'now'": {
+            **config, "dataset_id": "shop/{{ logical_date.now().strftime('%Y-%m') }}"},
+        "not a template of the run's date: 'types.SimpleNamespace object' has no attribute 'datetime'": {
+            **config, "dataset_id": "shop/{{ macros.datetime.now() }}"},
+        "not a template of the run's date: No filter named 'random'": {**config,
+                                                                       "dataset_id": "{{ ['a', 'b']|random }}"},
+        "not a template of the run's date: 'lipsum' is undefined": {**config, "dataset_id": "{{ lipsum(1) }}"},
     }  # fmt: skip
+    for inside in (f"file://{config['output']}/dead", f"/{config['output']}//dead"):  # the output, spelled another way
+        assert "dead_letters must lie outside output" in plan({**config, "dead_letters": inside})["error"], inside
     for message, variable in refused.items():
         assert message in plan(variable).get("error", ""), message
     assert "must be a JSON object" in plan([])["error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 from beam_data import purchases, write
 
+from beam_expmech import ledger as ledger_module
 from beam_expmech.accounting import Release, epsilon_to_zcdp
+from beam_expmech.io import writers
 from beam_expmech.ledger import Ledger, LedgerError, budget_of
 from beam_expmech.releases import queries
 from pipelines import cli, console, select
@@ -239,16 +242,20 @@ def test_a_retry_after_an_attempt_that_wrote_and_died_marks_it_done_and_writes_n
             "--release-id", "top"]  # fmt: skip
     finish = Ledger.finish
 
-    def dies_before_done(self, dataset_id, record_id, status):
+    def dies_before_done(self, dataset_id, record_id, status, **attempt):
         if status == "done":
             raise KeyboardInterrupt  # the process killed between the write and the ledger's update
-        finish(self, dataset_id, record_id, status)
+        finish(self, dataset_id, record_id, status, **attempt)
 
     monkeypatch.setattr(Ledger, "finish", dies_before_done)
     with pytest.raises(KeyboardInterrupt):
         select.main(args)
-    monkeypatch.undo()
+    monkeypatch.setattr(Ledger, "finish", finish)
     assert [r["status"] for r in Ledger(path).dataset("shop")["releases"]] == ["reserved"]  # it never said
+    assert console.run_cli(select.main, args) == console.JOB_ERROR  # its lease holds: it may still be running
+    assert "has an attempt running" in capsys.readouterr().err
+    later = ledger_module._clock() + datetime.timedelta(seconds=ledger_module.LEASE_SECONDS + 1)
+    monkeypatch.setattr(ledger_module, "_clock", lambda: later)  # the dead attempt's lease has run out
     table, manifest = out.read_bytes(), (tmp_path / "top.manifest.json").read_bytes()
     monkeypatch.setattr(queries, "run_pipeline", lambda *a, **k: pytest.fail("a written release drew again"))
     capsys.readouterr()
@@ -258,3 +265,57 @@ def test_a_retry_after_an_attempt_that_wrote_and_died_marks_it_done_and_writes_n
     assert (record["status"], record["attempts"]) == ("done", 2)
     assert out.read_bytes() == table and (tmp_path / "top.manifest.json").read_bytes() == manifest
     assert budget_of(Ledger(path).dataset("shop")).spent() == pytest.approx(1.0)
+
+
+def test_a_retry_after_an_attempt_that_left_a_table_without_its_manifest_is_refused(tmp_path, capsys, monkeypatch):
+    """The table was written, its manifest was not (a 503 on the manifest): the table may have been read, so a
+    second draw under the same charge is refused; the table is left as it is, nothing more spent."""
+    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=3)
+    out = tmp_path / "top.csv"
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", "--top-k", "5", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
+            "--release-id", "top"]  # fmt: skip
+    write_atomically = writers.write_atomically
+
+    def manifest_fails(target, data):
+        if str(target).endswith(".manifest.json"):
+            raise OSError("503 (injected)")
+        write_atomically(target, data)
+
+    monkeypatch.setattr(writers, "write_atomically", manifest_fails)
+    assert console.run_cli(select.main, args) == console.JOB_ERROR
+    monkeypatch.undo()
+    table = out.read_bytes()
+    capsys.readouterr()
+    assert console.run_cli(select.main, args) == console.USAGE_ERROR
+    assert f"an earlier attempt left {out}, a draw that may have been seen" in capsys.readouterr().err
+    assert out.read_bytes() == table and not (tmp_path / "top.manifest.json").exists()
+    (record,) = Ledger(path).dataset("shop")["releases"]
+    assert (record["status"], record["attempts"]) == ("failed", 2)
+    assert budget_of(Ledger(path).dataset("shop")).spent() == pytest.approx(1.0)
+
+
+def test_a_named_release_is_checked_against_the_ledger_before_its_input(tmp_path, capsys):
+    """Done: its input may be gone (retention), it still exits 0 having read nothing; its candidates or quantiles
+    changed are another release (refused, the dry run too); a test seed never goes with a release id."""
+    data = write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=3)
+    args = ["--input", str(data), "--column", "item", "--candidate-range", "0:50", "--epsilon", "1",
+            "--output", str(tmp_path / "top.json"), "--budget-ledger", path, "--dataset-id", "shop",
+            "--release-id", "top"]  # fmt: skip
+    assert console.run_cli(select.main, args) == 0
+    data.unlink()
+    capsys.readouterr()
+    assert console.run_cli(select.main, args) == 0
+    assert "is done already" in capsys.readouterr().out
+    other = [*args]
+    other[other.index("--candidate-range") + 1] = "100:150"
+    for changed in (other, [*other, "--dry-run"]):
+        assert console.run_cli(select.main, changed) == console.USAGE_ERROR
+        assert "charged for another release (parameter candidates_sha256 differs)" in capsys.readouterr().err
+    assert console.run_cli(select.main, [*args[:-1], "other", "--seed", "3"]) == console.USAGE_ERROR
+    assert "a named release may not take one" in capsys.readouterr().err
+    assert len(Ledger(path).dataset("shop")["releases"]) == 1

@@ -256,10 +256,11 @@ def test_a_bad_domain_file_is_one_line(tmp_path, domain):
 def test_the_progress_bar_redraws_one_line_and_ends_it_at_the_last_call(capsys):
     console.draw_progress("AIM: rho spent", 0.25, 0.5)
     console.draw_progress("MWEM: rounds", 3, 10)
-    assert capsys.readouterr().err == ("\rAIM: rho spent [" + "#" * 15 + "." * 15 + "] 50%"
-                                       "\rMWEM: rounds [" + "#" * 9 + "." * 21 + "] 3 of 10")  # fmt: skip
+    # Each drawing clears what is left of the line (\x1b[K): a shorter line leaves nothing of a longer one.
+    assert capsys.readouterr().err == ("\rAIM: rho spent [" + "#" * 15 + "." * 15 + "] 50%\x1b[K"
+                                       "\rMWEM: rounds [" + "#" * 9 + "." * 21 + "] 3 of 10\x1b[K")  # fmt: skip
     console.draw_progress("MWEM: rounds", 10, 10)
-    assert capsys.readouterr().err.endswith("] 10 of 10\n")
+    assert capsys.readouterr().err.endswith("] 10 of 10\x1b[K\n")
 
 
 @pytest.mark.parametrize("method", ["aim", "mwem"])
