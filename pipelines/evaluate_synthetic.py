@@ -7,14 +7,18 @@ For every k-way marginal of the columns (default: all of the domain's columns; a
 counted by the bins of its grid, as synthesize counts it; private edges as SYNTH's manifest states
 them), both tables' counts are normalised to probabilities and compared in L1 (0 .. 2); prints the
 average and the largest over the workload: the AIM paper's workload error (McKenna et al. 2022),
-twice the total variation distance that Private-PGM's scripts print. ``--json`` writes the whole
-evaluation (``evaluation``: each marginal's error, each column's shares in both tables, the cells of the
-worst and a typical marginal), ``--report`` the same as one HTML page for the data owner
-(``evaluation_report``). Use it to judge a generator on data you may look at, never to publish.
+twice the total variation distance that Private-PGM's scripts print. Beside it, two baselines on the same
+workload, computed from the real data (the report is not a release): the real table's columns taken as
+independent at their exact 1-way shares, and a bootstrap resample of as many rows as the synthetic table.
+``--json`` writes the whole evaluation (``evaluation``: each marginal's error and the baselines', each
+column's shares in both tables, the cells of the worst and a typical marginal, the release's parameters from
+the manifest beside SYNTH), ``--report`` the same as one HTML page for the data owner (``evaluation_report``).
+Use it to judge a generator on data you may look at, never to publish.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 
@@ -29,6 +33,19 @@ from beam_expmech.releases import domains
 from pipelines import console, evaluation_report, flags
 
 NOTICE = "Evaluation against the real data \u2014 not a differentially private release; do not publish."
+# What the report states of the release, from the synthetic table's manifest.
+RELEASE_FIELDS = (
+    "mechanism",
+    "epsilon",
+    "delta",
+    "rho",
+    "privacy_unit",
+    "max_rows_per_unit",
+    "rows",
+    "release_id",
+    "private_randomness",
+)
+BOOTSTRAP_SEED = 0  # the report is not a release: a fixed seed, so that two reports of one table agree
 HEAT_MAP_CELLS = 4096  # a marginal with more cells is in the error table only
 
 
@@ -91,14 +108,12 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
     error) marginal's cells in both tables (for degree 2 or more, among the marginals of at most
     HEAT_MAP_CELLS cells)."""
     domain = domains.read_domain(domain_path)
+    released = _manifest(synthetic)
     if domains.private_grids(domain):  # their edges were released: the synthetic table's manifest states them
-        manifest = manifest_path(synthetic)
-        try:
-            released = readers.read_json(manifest)
-        except (OSError, ValueError):
+        if released is None:
             raise ValueError(
-                f"{domain_path} has private bin edges, stated in {manifest}, which cannot be read"
-            ) from None
+                f"{domain_path} has private bin edges, stated in {manifest_path(synthetic)}, which cannot be read"
+            )
         domain = domains.with_released_edges(domain, released)
     columns = columns or list(domain)
     if not 1 <= degree <= len(columns):
@@ -110,6 +125,13 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
     synthetic_counts = workload.split(workload_counts(synthetic, workload, domain, domain_path))
     errors = workload_errors({m: real_counts[m] for m in marginals}, synthetic_counts)
     ranked = sorted(marginals, key=lambda m: -errors[m])  # stable: ties keep the workload's order
+    synthetic_rows = int(synthetic_counts[(columns[0],)].sum())
+    baselines = {
+        "independent": workload_errors({m: real_counts[m] for m in marginals},
+                                       {m: independent(real_counts, m) for m in marginals}),
+        "bootstrap": workload_errors({m: real_counts[m] for m in marginals},
+                                     bootstrap(real_counts, marginals, synthetic_rows)),
+    }  # fmt: skip
     labels = {c: bin_labels(v) for c, v in domains.with_input_types(domain, real, None, domain_path).items()}
     values = list(errors.values())
     result = {
@@ -118,17 +140,26 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
         "synthetic": synthetic,
         "domain": domain_path,
         "degree": degree,
-        "rows": {
-            "real": int(real_counts[(columns[0],)].sum()),
-            "synthetic": int(synthetic_counts[(columns[0],)].sum()),
+        "rows": {"real": int(real_counts[(columns[0],)].sum()), "synthetic": synthetic_rows},
+        "release": None if released is None else {key: released.get(key) for key in RELEASE_FIELDS},
+        "workload": {"marginals": len(values), **_spread(values)},
+        "baselines": {
+            "independent": _spread(list(baselines["independent"].values())),
+            "bootstrap": {
+                "rows": synthetic_rows,
+                "seed": BOOTSTRAP_SEED,
+                **_spread(list(baselines["bootstrap"].values())),
+            },
         },
-        "workload": {
-            "marginals": len(values),
-            "average_error": float(np.mean(values)),
-            "median_error": float(np.median(values)),
-            "max_error": float(np.max(values)),
-        },
-        "errors": [{"columns": list(m), "error": errors[m]} for m in ranked],
+        "errors": [
+            {
+                "columns": list(m),
+                "error": errors[m],
+                "independent": baselines["independent"][m],
+                "bootstrap": baselines["bootstrap"][m],
+            }
+            for m in ranked
+        ],
         "columns": [
             {
                 "name": c,
@@ -161,6 +192,38 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
             for role, m in zip(("worst", "typical"), picks, strict=False)
         ]
     return result
+
+
+def independent(counts: dict, marginal: tuple[str, ...]) -> np.ndarray:
+    """The marginal that the real table's own 1-way shares give, its columns taken as independent (the real row
+    count's worth): what a generator that measured only 1-way marginals, exactly, would reach."""
+    shares = [counts[(c,)] / max(int(counts[(c,)].sum()), 1) for c in marginal]
+    return functools.reduce(np.multiply.outer, shares) * int(counts[(marginal[0],)].sum())
+
+
+def bootstrap(counts: dict, marginals: list[tuple[str, ...]], rows: int) -> dict:
+    """Each marginal of ``rows`` rows drawn at random from the real table (with replacement): a multinomial draw
+    at the real shares, a fixed seed: the error that sampling alone gives a table of that many rows."""
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    drawn = {}
+    for m in marginals:
+        shares = counts[m].ravel() / max(int(counts[m].sum()), 1)
+        drawn[m] = rng.multinomial(rows, shares / shares.sum()) if shares.sum() else np.zeros_like(shares)
+    return drawn
+
+
+def _spread(values: list[float]) -> dict:
+    return {"average_error": float(np.mean(values)), "median_error": float(np.median(values)),
+            "max_error": float(np.max(values))}  # fmt: skip
+
+
+def _manifest(synthetic: str) -> dict | None:
+    """The manifest synthesize wrote beside the table (its parameters), or None where there is none to read."""
+    try:
+        manifest = readers.read_json(manifest_path(synthetic))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def _kind(value: int | tuple[str, ...] | NumericGrid) -> str:

@@ -1,8 +1,10 @@
 """evaluate_synthetic's ``--report``: its evaluation (the dict that ``--json`` writes) as one self-contained HTML page.
 
-Drawn from that dict alone, so the page and the JSON hold the same numbers: the summary, each column's
-distribution in both tables, the worst and a typical marginal as heat maps, and the errors, worst first. Images
-are inline SVG (``data:`` URIs, no file beside the page, no script); every text from the inputs is escaped.
+Drawn from that dict alone, so the page and the JSON hold the same numbers: the summary beside two baselines, the
+release's parameters (its manifest's), each column's distribution in both tables, the worst and a typical
+marginal as heat maps (at most X_CELLS by Y_CELLS, the rest summed; every cell and label whole on hover), and the
+errors, worst first. Images are SVG (bar charts as ``data:`` URIs, heat maps inline for their hover; no file beside
+the page, no script); every text from the inputs is escaped.
 Every number the page prints carries its exact value in a ``data-value`` attribute (tests compare them).
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 from pipelines import svg_charts
 
 TABLE_ROWS = 30  # the worst marginals listed one by one; the rest in one line
+X_CELLS, Y_CELLS = 24, 30  # a heat map's columns and rows at most: the largest cells, the rest summed as "other"
 
 STYLE = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; color: #222;
@@ -36,10 +39,14 @@ figure { margin: 0; border: 1px solid #e3e3e3; border-radius: 6px; padding: 8px;
 figcaption { font-size: 14px; margin-bottom: 4px; }
 figcaption .kind { color: #777; font-size: 12px; }
 img { display: block; max-width: 100%; height: auto; }
+div.svg { overflow-x: auto; }
+div.svg svg { display: block; max-width: 100%; height: auto; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: left; }
 th { border-bottom: 2px solid #ccc; }
-td.error { text-align: right; }
+td.error, td.independent, td.bootstrap { text-align: right; }
+td.independent, td.bootstrap { color: #666; }
+#release th { font-weight: normal; color: #555; border-bottom: 1px solid #eee; }
 td.bar { width: 220px; }
 td.bar div { background: #c44e52; height: 10px; }
 .note { color: #555; font-size: 14px; }
@@ -74,7 +81,46 @@ def _summary(result: dict) -> str:
         ("median L1 error", _number(workload["median_error"], id="median-error", tag="dd")),
         ("max L1 error", _number(workload["max_error"], id="max-error", tag="dd")),
     ]
+    baselines = result["baselines"]
+    items += [
+        ("independent columns: average", _number(baselines["independent"]["average_error"],
+                                                 id="independent-average-error", tag="dd")),
+        ("bootstrap resample: average", _number(baselines["bootstrap"]["average_error"],
+                                                id="bootstrap-average-error", tag="dd")),
+    ]  # fmt: skip
     return '<dl class="summary">' + "".join(f"<div><dt>{escape(t)}</dt>{d}</div>" for t, d in items) + "</dl>"
+
+
+def _baselines_note(result: dict) -> str:
+    bootstrap = result["baselines"]["bootstrap"]
+    return (
+        '<p class="note">Two baselines on the same workload, from the real table (this page is not a release): '
+        "<b>independent columns</b>, the real columns' exact 1-way shares multiplied together (what a generator "
+        "that measured only 1-way marginals, without noise, would reach: below it, the synthetic table keeps "
+        "some of the columns' dependence); and a <b>bootstrap resample</b>, "
+        f"{bootstrap['rows']:,} rows (the synthetic table's number) drawn from the real table with replacement "
+        f"(seed {bootstrap['seed']}): sampling's own error at that size, which no generator beats by much.</p>"
+    )
+
+
+RELEASE_NAMES = {"mechanism": "generator", "epsilon": "epsilon", "delta": "delta", "rho": "rho (zCDP)",
+                 "privacy_unit": "privacy unit", "max_rows_per_unit": "K, rows a unit at most", "rows": "rows drawn",
+                 "release_id": "release id", "private_randomness": "private randomness"}  # fmt: skip
+
+
+def _release(result: dict) -> str:
+    """The release's parameters, from the manifest beside the synthetic table."""
+    release = result["release"]
+    if release is None:
+        return '<p class="note" id="release-unknown">No manifest beside the synthetic table: the parameters of its ' \
+               "release are unknown.</p>"  # fmt: skip
+    rows = []
+    for key, name in RELEASE_NAMES.items():
+        value = release.get(key)
+        shown = "\u2014" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
+        rows.append(f'<tr><th>{escape(name)}</th><td id="release-{key.replace("_", "-")}" '
+                    f'data-value="{escape(json.dumps(value), quote=True)}">{escape(shown)}</td></tr>')  # fmt: skip
+    return f'<table id="release">{"".join(rows)}</table>'
 
 
 def _column_figures(result: dict) -> str:
@@ -91,14 +137,34 @@ def _column_figures(result: dict) -> str:
     return '<div class="grid">' + "".join(figures) + "</div>"
 
 
+def top_cells(labels: list[str], real: np.ndarray, synthetic: np.ndarray, limit: int, axis: int):
+    """At most ``limit`` labels along ``axis``: where there are more, the ``limit - 1`` of the largest share in either
+    table, in their order, and the rest summed as "other (N values)"; the labels and both arrays so cut."""
+    if len(labels) <= limit:
+        return labels, real, synthetic
+    mass = np.moveaxis(np.maximum(real, synthetic), axis, 0).reshape(len(labels), -1).sum(axis=1)
+    kept = np.sort(np.argsort(-mass, kind="stable")[: limit - 1])
+    rest = np.setdiff1d(np.arange(len(labels)), kept)
+
+    def cut(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.take(a, kept, axis=axis), np.take(a, rest, axis=axis).sum(axis=axis, keepdims=True)],
+                              axis=axis)  # fmt: skip
+
+    return [labels[i] for i in kept] + [f"other ({len(rest):,} values)"], cut(real), cut(synthetic)
+
+
 def _heat_map_figure(heat_map: dict) -> str:
-    """Rows: the cells of every column but one, columns: the values of the column with the most (the x axis)."""
+    """Rows: the cells of every column but one, columns: the values of the column with the most (the x axis); at
+    most X_CELLS columns and Y_CELLS rows, the rest summed (``top_cells``). Inlined: each cell tells its labels
+    and value on hover."""
     columns, values = heat_map["columns"], heat_map["values"]
     real, synthetic = np.array(heat_map["real"], dtype=float), np.array(heat_map["synthetic"], dtype=float)
     x = max(range(len(columns)), key=lambda i: (len(values[i]), i))
     rest = [i for i in range(len(columns)) if i != x]
     real, synthetic = (np.moveaxis(a, x, -1).reshape(-1, len(values[x])) for a in (real, synthetic))
     row_labels = [" \u00b7 ".join(combo) for combo in itertools.product(*(values[i] for i in rest))] or [""]
+    column_labels, real, synthetic = top_cells(list(values[x]), real, synthetic, X_CELLS, 1)
+    row_labels, real, synthetic = top_cells(row_labels, real, synthetic, Y_CELLS, 0)
     y_title = " \u00b7 ".join(columns[i] for i in rest)
     top = float(max(real.max(), synthetic.max()))
     difference = synthetic - real
@@ -108,14 +174,15 @@ def _heat_map_figure(heat_map: dict) -> str:
         svg_charts.Panel("synthetic", synthetic.tolist(), svg_charts.sequential(top), top),
         svg_charts.Panel("synthetic \u2212 real", difference.tolist(), svg_charts.diverging(extent), extent, True),
     ]
-    svg = svg_charts.heat_map(row_labels, values[x], panels, x_title=columns[x], y_title=y_title)
-    image = _img(svg, f"the shares of the cells of {', '.join(columns)} in the real and synthetic tables")
+    svg = svg_charts.heat_map(row_labels, column_labels, panels, x_title=columns[x], y_title=y_title)
+    described = f"the shares of the cells of {', '.join(columns)} in the real and synthetic tables"
     name = {"worst": "The worst marginal", "typical": "A typical marginal (the median error)"}[heat_map["role"]]
     return (
         f'<figure class="heat-map" data-role="{heat_map["role"]}" data-columns="{_columns_attribute(columns)}">'
         f"<figcaption><b>{escape(name)}</b>: {escape(', '.join(columns))} \u00b7 L1 error "
         f"{_number(heat_map['error'], cls='error')} \u00b7 rank {heat_map['rank']} of the workload \u00b7 shares "
-        f"in percent</figcaption>{image}</figure>"
+        f"in percent; hover a cell or a label for the whole of it</figcaption>"
+        f'<div class="svg" role="img" aria-label="{escape(described, quote=True)}">{svg}</div></figure>'
     )
 
 
@@ -136,26 +203,26 @@ def _error_table(result: dict) -> str:
     errors, degree = result["errors"], result["degree"]
     largest = max(e["error"] for e in errors) or 1.0
     head = "".join(f"<th>column {i + 1}</th>" for i in range(degree))
+    head += "<th>L1 error</th><th></th><th>independent</th><th>bootstrap</th>"
     rows = []
     for rank, entry in enumerate(errors[:TABLE_ROWS], 1):
         cells = "".join(f"<td>{escape(c)}</td>" for c in entry["columns"])
         rows.append(
             f'<tr class="marginal" data-columns="{_columns_attribute(entry["columns"])}"><td>{rank}</td>{cells}'
             f"{_number(entry['error'], tag='td', cls='error')}"
-            f'<td class="bar"><div style="width: {100 * entry["error"] / largest:.1f}%"></div></td></tr>'
+            f'<td class="bar"><div style="width: {100 * entry["error"] / largest:.1f}%"></div></td>'
+            f"{_number(entry['independent'], tag='td', cls='independent')}"
+            f"{_number(entry['bootstrap'], tag='td', cls='bootstrap')}</tr>"
         )
     rest = errors[TABLE_ROWS:]
     if rest:
         values = [e["error"] for e in rest]
         rows.append(
-            f'<tr class="rest"><td colspan="{degree + 3}">and {len(rest):,} more marginals, L1 errors from '
+            f'<tr class="rest"><td colspan="{degree + 5}">and {len(rest):,} more marginals, L1 errors from '
             f"{_number(min(values), cls='rest-min')} to {_number(max(values), cls='rest-max')} "
             f"(average {_number(float(np.mean(values)), cls='rest-average')})</td></tr>"
         )
-    return (
-        f'<table id="errors-table"><thead><tr><th>rank</th>{head}<th>L1 error</th><th></th></tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
+    return f'<table id="errors-table"><thead><tr><th>rank</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def render(result: dict) -> str:
@@ -175,6 +242,9 @@ def render(result: dict) -> str:
 <h1>Synthetic data: evaluation against the real table</h1>
 <p class="files">{files}</p>
 {_summary(result)}
+{_baselines_note(result)}
+<h2>The release</h2>
+{_release(result)}
 <p class="note">Each marginal's L1 error is the sum over its cells of |real share \u2212 synthetic share|: 0 when
 the two tables agree, 2 when they share no cell (twice the total variation distance; McKenna et al. 2022).
 The workload is every {degree}-way marginal of the columns.</p>

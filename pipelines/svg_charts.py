@@ -1,7 +1,8 @@
 """Small SVG charts for the evaluation report: grouped bars (real beside synthetic) and heat maps with a legend.
 
 Each function returns one standalone SVG document (with its width and height, so that an ``<img>`` has a natural
-size); ``data_uri`` makes it an image source. Every text is escaped: column names and labels come from files.
+size, or it is inlined in a page); ``data_uri`` makes it an image source. Every text is escaped: column names and
+labels come from files.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ def _document(width: float, height: float, body: list[str]) -> str:
 
 
 def _text(x: float, y: float, text: str, *, anchor: str = "middle", size: int = 11, rotate: float = 0,
-          fill: str = INK, weight: str = "normal") -> str:  # fmt: skip
+          fill: str = INK, weight: str = "normal", hover: str | None = None) -> str:  # fmt: skip
+    """A text; ``hover``: what a page that inlines the SVG shows over it (a label it shortened, whole)."""
     turn = f' transform="rotate({rotate:g} {x:.1f} {y:.1f})"' if rotate else ""
+    title = "" if hover is None else f"<title>{escape(hover)}</title>"
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}" '
-        f'font-weight="{weight}"{turn}>{escape(text)}</text>'
+        f'font-weight="{weight}"{turn}>{title}{escape(text)}</text>'
     )
 
 
@@ -160,7 +163,8 @@ def heat_map(row_labels: Sequence[str], column_labels: Sequence[str], panels: Se
              y_title: str) -> str:  # fmt: skip
     """The panels' grids side by side over the same rows and columns (the row labels once, on the left), each with
     its title, the column labels, ``x_title`` and a colour legend, square-root spaced as ``sequential`` and
-    ``diverging`` colour; a cell big enough shows its value in percent."""
+    ``diverging`` colour; a cell big enough shows its value in percent. Inlined in a page, every cell and every
+    shortened label tells its whole label and value on hover (an SVG ``<title>``)."""
     rows, columns = len(row_labels), len(column_labels)
     cell_width = min(max(260 // columns, 3), 44)
     cell_height = min(max(420 // rows, 3), 24)
@@ -168,7 +172,7 @@ def heat_map(row_labels: Sequence[str], column_labels: Sequence[str], panels: Se
     longest_column = max(len(label) for label in column_labels)
     column_every = max(1, math.ceil(13 / cell_width)) if longest_column * CHAR > cell_width else 1
     rotate = longest_column * CHAR > cell_width * column_every
-    row_limit, column_limit = 26, 14
+    row_limit, column_limit = 26, 22  # characters; the whole label on hover
     left = 26 + min(max(len(label) for label in row_labels), row_limit) * CHAR * 0.92
     grid_top = 30
     grid_width, grid_height = columns * cell_width, rows * cell_height
@@ -179,7 +183,7 @@ def heat_map(row_labels: Sequence[str], column_labels: Sequence[str], panels: Se
     body = [_text(12, grid_top + grid_height / 2, y_title, size=11, weight="bold", rotate=-90)]
     for r in range(0, rows, row_every):
         y = grid_top + r * cell_height + cell_height / 2 + 4
-        body.append(_text(left - 5, y, _short(row_labels[r], row_limit), anchor="end", size=10))
+        body.append(_text(left - 5, y, _short(row_labels[r], row_limit), anchor="end", size=10, hover=row_labels[r]))
     show_values = cell_width >= 36 and cell_height >= 18
     for p, panel in enumerate(panels):
         x0 = left + p * panel_width
@@ -188,18 +192,23 @@ def heat_map(row_labels: Sequence[str], column_labels: Sequence[str], panels: Se
             for c, value in enumerate(row):
                 x, y = x0 + c * cell_width, grid_top + r * cell_height
                 fill = panel.colour(value)
-                body.append(f'<rect x="{x:.1f}" y="{y}" width="{cell_width}" height="{cell_height}" fill="{fill}"/>')
+                hover = f"{row_labels[r]} \u00b7 {column_labels[c]}: {panel.title} {_cell_text(value, panel.signed)}%"
+                body.append(f'<rect x="{x:.1f}" y="{y}" width="{cell_width}" height="{cell_height}" fill="{fill}">'
+                            f"<title>{escape(hover)}</title></rect>")  # fmt: skip
                 if show_values:
                     dark = sum(int(fill[k : k + 2], 16) for k in (1, 3, 5)) < 3 * 150
                     body.append(_text(x + cell_width / 2, y + cell_height / 2 + 4, _cell_text(value, panel.signed),
                                       size=10, fill="#fff" if dark else INK))  # fmt: skip
         body.append(f'<rect x="{x0:.1f}" y="{grid_top}" width="{grid_width}" height="{grid_height}" fill="none" '
                     'stroke="#999"/>')  # fmt: skip
-        for c in range(0, columns, column_every):
+        labelled = list(range(0, columns, column_every))
+        labelled[-1] = columns - 1  # the last label always (a heat map's "other"), in place of the one before it
+        for c in labelled:
             x = x0 + c * cell_width + cell_width / 2
             label, y = _short(column_labels[c], column_limit), grid_top + grid_height + 12
-            body.append(_text(x + 3, y, label, anchor="end", size=10, rotate=-45) if rotate else
-                        _text(x, y, label, size=10))  # fmt: skip
+            full = column_labels[c]
+            body.append(_text(x + 3, y, label, anchor="end", size=10, rotate=-45, hover=full) if rotate else
+                        _text(x, y, label, size=10, hover=full))  # fmt: skip
         body.append(_text(x0 + grid_width / 2, legend_top - 8, x_title, size=11, weight="bold"))
         body.extend(_legend(x0, legend_top, panel))
     return _document(width, height, body)

@@ -5,9 +5,11 @@ where the CI variable is set (make test installs Debian's chromium as root)."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -85,8 +87,9 @@ def assert_shows_the_json(html: str, result: dict) -> None:
     for row, cell, entry in zip(rows, cells, result["errors"], strict=False):
         assert json.loads(row.attrs["data-columns"]) == entry["columns"] and cell.inside("tr", "marginal") is row
         assert shown(cell) == (entry["error"], f"{entry['error']:.4f}")
-    rest = [e["error"] for e in result["errors"][evaluation_report.TABLE_ROWS :]]
-    for cls, value in (("rest-min", min(rest)), ("rest-max", max(rest)), ("rest-average", float(np.mean(rest)))):
+    rest = [e["error"] for e in result["errors"][evaluation_report.TABLE_ROWS :]] or [0.0]  # none: no line
+    spread = (("rest-min", min(rest)), ("rest-max", max(rest)), ("rest-average", float(np.mean(rest))))
+    for cls, value in spread if len(result["errors"]) > evaluation_report.TABLE_ROWS else ():
         (element,) = (e for e in elements if cls in e.classes())
         assert shown(element) == (value, f"{value:.4f}")
     figures = [e for e in elements if e.tag == "figure" and "column" in e.classes()]
@@ -99,6 +102,19 @@ def assert_shows_the_json(html: str, result: dict) -> None:
     ]
     errors = [e for e in elements if "error" in e.classes() and e.inside("figure", "heat-map")]
     assert [shown(e) for e in errors] == [(h["error"], f"{h['error']:.4f}") for h in result["heat_maps"]]
+    for baseline in ("independent", "bootstrap"):
+        value = result["baselines"][baseline]["average_error"]
+        assert shown(by_id[f"{baseline}-average-error"]) == (value, f"{value:.4f}")
+        cells = [e for e in elements if e.tag == "td" and baseline in e.classes()]
+        assert [shown(c) for c in cells] == [
+            (e[baseline], f"{e[baseline]:.4f}") for e in result["errors"][: len(cells)]
+        ]
+        assert cells and all(c.inside("tr", "marginal") for c in cells)
+    if result["release"] is None:
+        assert "release-unknown" in by_id
+    else:
+        for key, value in result["release"].items():
+            assert json.loads(by_id[f"release-{key.replace('_', '-')}"].attrs["data-value"]) == value
 
 
 def test_the_json_holds_the_workload_and_the_columns(evaluated):
@@ -134,14 +150,42 @@ def test_the_page_shows_the_json_s_numbers_and_escapes_labels(evaluated):
     elements = Elements.of(html)
     assert any(e.text == ODD for e in elements if e.tag == "td")  # the column name, escaped and read back
     images = [e.attrs["src"] for e in elements if e.tag == "img"]
-    assert len(images) == len(result["columns"]) + len(result["heat_maps"]) == 10
-    texts = set()
-    for src in images:
-        assert src.startswith("data:image/svg+xml;base64,")
-        svg = ElementTree.fromstring(base64.b64decode(src.split(",", 1)[1]))  # well-formed: its texts escaped
-        assert svg.get("width") and svg.get("height")  # a natural size for the <img>
-        texts |= {t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")}
-    assert REGIONS[3] in texts
+    assert len(images) == len(result["columns"]) == 8  # the columns' bar charts; the heat maps are inline
+    svgs = [ElementTree.fromstring(base64.b64decode(src.split(",", 1)[1])) for src in images]  # well-formed
+    assert all(src.startswith("data:image/svg+xml;base64,") for src in images)
+    assert all(svg.get("width") and svg.get("height") for svg in svgs)  # a natural size for the <img>
+    inline = inline_svgs(html)
+    assert len(inline) == len(result["heat_maps"]) == 2
+    texts = {"".join(t.itertext()) for svg in svgs + inline for t in svg.iter(SVG + "text")}
+    assert any(REGIONS[3] in text for text in texts)
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def inline_svgs(html: str) -> list[ElementTree.Element]:
+    """The heat maps' SVG, inlined in the page, each parsed as XML (well-formed: its texts escaped)."""
+    return [ElementTree.fromstring("<svg " + part.split("</svg>", 1)[0] + "</svg>") for part in html.split("<svg ")[1:]]
+
+
+def test_the_baselines_are_the_real_tables_own(evaluated):
+    """Independent columns: the product of the real 1-way shares; the bootstrap: a resample of as many rows as the
+    synthetic table. Both errors recomputed here for one marginal from the real table."""
+    _, result, folder = evaluated
+    columns = ["sex", "region", "smoker"]
+    real = pq.read_table(folder / "real.parquet", columns=columns).to_pydict()
+    rows = list(zip(*(real[c] for c in columns), strict=True))
+    entry = next(e for e in result["errors"] if e["columns"] == columns)
+    joint = {cell: count / len(rows) for cell, count in Counter(rows).items()}
+    shares = [{v: count / len(rows) for v, count in Counter(real[c]).items()} for c in columns]
+    product = {cell: shares[0][cell[0]] * shares[1][cell[1]] * shares[2][cell[2]]
+               for cell in itertools.product(*shares)}  # fmt: skip
+    assert entry["independent"] == pytest.approx(sum(abs(joint.get(c, 0.0) - p) for c, p in product.items()))
+    assert result["baselines"]["bootstrap"]["rows"] == result["rows"]["synthetic"]
+    errors = [e["bootstrap"] for e in result["errors"]]
+    assert result["baselines"]["bootstrap"]["average_error"] == pytest.approx(np.mean(errors))
+    assert min(errors) > 0 and max(errors) < 0.5  # sampling's error at 1,200 rows: small, never nothing
+    assert result["release"] is None  # a table drawn by the test: no manifest beside it
 
 
 def test_the_number_check_sees_a_wrong_number(evaluated):
@@ -160,8 +204,9 @@ def test_chromium_renders_the_report_with_every_image(evaluated, tmp_path):
     with Image.open(png) as image:
         assert image.size == (1200, 3000)
     assert png_colours(png) > 50  # text, bars and heat maps, not a blank page
-    assert image_counts(dom) == (len(result["columns"]) + len(result["heat_maps"]), 0)
+    assert image_counts(dom) == (len(result["columns"]), 0)
     assert_shows_the_json(dom, result)
+    assert len(inline_svgs(dom)) == len(result["heat_maps"])
 
 
 def test_the_image_check_sees_a_broken_image(tmp_path):
@@ -189,3 +234,84 @@ def test_heat_maps_are_drawn_among_the_marginals_small_enough(tmp_path):
     drawn = sorted(tuple(h["columns"]) for h in result["heat_maps"])
     assert drawn == [("Age", "Cabin", "Sex"), ("Fare", "Cabin", "Sex")]
     assert "2 larger ones are in the table only" in evaluation_report.render(result)
+
+
+def test_a_synthesize_release_s_report_states_its_parameters_and_keeps_a_wide_heat_map_readable(tmp_path):
+    """A release made by synthesize (its manifest beside it) over a column of 150 long labels: the page states the
+    release's parameters from the manifest; the heat map shows the X_CELLS - 1 largest values and the rest
+    summed as "other (N values)", each cell and each shortened label whole on hover; Chromium renders it."""
+    rng = np.random.default_rng(11)
+    n = 4_000
+    places = [f"postcode area {i:03d} ({'north' if i % 2 else 'south'}ern district, long name)" for i in range(150)]
+    place = np.minimum(rng.zipf(1.3, n) - 1, 149)
+    pq.write_table(pa.table({"place": np.array(places)[place], "region": (place + rng.integers(0, 2, n)) % 4,
+                             "age": rng.integers(0, 5, n)}), tmp_path / "real.parquet")  # fmt: skip
+    (tmp_path / "domain.json").write_text(json.dumps({"place": places, "region": 4, "age": 5}))
+    (tmp_path / "release").mkdir()
+    synthetic = tmp_path / "release" / "synthetic.parquet"
+    made = subprocess.run([sys.executable, "-m", "pipelines.synthesize", "--input", str(tmp_path / "real.parquet"),
+                           "--domain", str(tmp_path / "domain.json"), "--epsilon", "2", "--workload-degree", "2",
+                           "--output", str(synthetic), "--release-id", "places/2026-12-01", "--budget-ledger",
+                           str(tmp_path / "ledger.json"), "--dataset-id", "places"], capture_output=True, text=True,
+                          timeout=300, input=None)  # fmt: skip
+    assert made.returncode == 2 and "has no budget" in made.stderr  # a named release needs its ledger's budget
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.ledger",
+            "init",
+            "--budget-ledger",
+            str(tmp_path / "ledger.json"),
+            "--dataset-id",
+            "places",
+            "--epsilon",
+            "2",
+            "--delta",
+            "1e-6",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    made = subprocess.run(made.args, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    report = tmp_path / "owner" / "report.html"
+    run = subprocess.run([sys.executable, "-m", "pipelines.evaluate_synthetic", str(tmp_path / "real.parquet"),
+                          str(tmp_path / "domain.json"), str(synthetic), "--degree", "2", "--report", str(report),
+                          "--json", str(tmp_path / "owner" / "evaluation.json")], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "owner" / "evaluation.json").read_text())
+    manifest = json.loads((tmp_path / "release" / "synthetic.manifest.json").read_text())
+    assert result["release"] == {key: manifest.get(key) for key in evaluate_synthetic.RELEASE_FIELDS}
+    assert (result["release"]["mechanism"], result["release"]["epsilon"]) == ("aim", 2.0)
+    assert result["release"]["release_id"] == "places/2026-12-01" and result["release"]["rows"] > 0
+
+    html = report.read_text()
+    assert_shows_the_json(html, result)
+    wide = [h for h in result["heat_maps"] if "place" in h["columns"]]
+    assert wide, "a marginal of place is drawn"
+    for svg in inline_svgs(html):
+        labels = [t for t in svg.iter(SVG + "text") if t.find(SVG + "title") is not None]
+        if not any("postcode area" in t.find(SVG + "title").text for t in labels):
+            continue
+        cells = [r.find(SVG + "title").text for r in svg.iter(SVG + "rect") if r.find(SVG + "title") is not None]
+        assert len(cells) == 3 * evaluation_report.X_CELLS * 4  # three panels of 24 x 4 cells, each told on hover
+        places_shown = {cell.split(": ", 1)[0].split(" \u00b7 ")[1] for cell in cells}
+        assert len(places_shown) == evaluation_report.X_CELLS and "other (127 values)" in places_shown
+        assert places_shown - {"other (127 values)"} <= set(places)  # whole labels, the largest kept
+        full = next(t for t in labels if t.find(SVG + "title").text.startswith("postcode area"))
+        assert "".join(full.itertext()).endswith("\u2026")  # shortened on the page, whole on hover
+        assert full.find(SVG + "title").text in places_shown
+        assert any(t.find(SVG + "title").text == "other (127 values)" for t in labels)  # the last label, drawn
+        assert any(": synthetic \u2212 real " in cell for cell in cells)
+        break
+    else:
+        pytest.fail("no heat map of place")
+
+    chromium = require()
+    png = tmp_path / "report.png"
+    dom = dom_after_load(chromium, report, screenshot=png, size=(1200, 2400))
+    assert png_colours(png) > 50 and image_counts(dom) == (len(result["columns"]), 0)
+    assert_shows_the_json(dom, result)
+    assert len(inline_svgs(dom)) == len(result["heat_maps"])
