@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from beam_expmech.accounting import BudgetExceededError, PrivacyBudget, Release
@@ -56,6 +57,11 @@ class AlreadyReleased(Exception):
         where = f" ({output})" if output else ""
         super().__init__(f"release {release_id!r} of dataset {dataset_id!r} is done already{where}: nothing read, "
                          "nothing spent")  # fmt: skip
+
+
+class LostReleaseError(RuntimeError):
+    """An attempt no longer holds its release id (its lease ran out and another attempt took it over): it must not
+    publish, nor mark the record."""
 
 
 class ReleaseBusyError(RuntimeError):
@@ -127,7 +133,7 @@ class Ledger:
                              release_id=release_id)["id"]  # fmt: skip
 
     def _reserve(self, dataset_id: str, release: Release, *, pipeline: str, parameters: dict, output: str | None,
-                 release_id: str | None) -> dict:  # fmt: skip
+                 release_id: str | None, attempt: str | None = None) -> dict:  # fmt: skip
         """``reserve``'s record as stored."""
         record_id = uuid.uuid4().hex
         wanted = _wanted(release, pipeline=pipeline, parameters=parameters, output=output)
@@ -139,7 +145,7 @@ class Ledger:
             if release_id is not None:
                 earlier = next((r for r in dataset["releases"] if r.get("release_id") == release_id), None)
                 if earlier is not None:
-                    reserved.append(self._again(dataset_id, earlier, wanted))
+                    reserved.append(self._again(dataset_id, earlier, wanted, attempt))
                     return
             budget = budget_of(dataset)
             try:
@@ -148,7 +154,7 @@ class Ledger:
                 raise OverspendError(dataset_id, budget, release) from None
             record = {"id": record_id, "time": _now(), **wanted, "status": "reserved"}
             if release_id is not None:
-                record |= {"release_id": release_id, "attempts": 1, **_lease()}
+                record |= {"release_id": release_id, "attempts": 1, **_lease(attempt)}
             dataset["releases"].append(record)
             reserved.append(record)
 
@@ -162,7 +168,7 @@ class Ledger:
                       release_id, record["attempts"])  # fmt: skip
         return record
 
-    def _again(self, dataset_id: str, record: dict, wanted: dict) -> dict:
+    def _again(self, dataset_id: str, record: dict, wanted: dict, attempt: str | None) -> dict:
         """The stored ``record`` of a release id asked for again with ``wanted``: raises if it differs, is done, or
         has an attempt that holds its lease; else taken for one more attempt (a lease of its own)."""
         _check_same(dataset_id, record, wanted)
@@ -174,7 +180,7 @@ class Ledger:
                                    f"running (its lease runs to {record['lease_until']}): nothing spent; try again "
                                    "once it has ended, or its lease has run out")  # fmt: skip
         record["attempts"] = record.get("attempts", 1) + 1
-        record |= {"status": "reserved", "last_attempt": _now(), **_lease()}
+        record |= {"status": "reserved", "last_attempt": _now(), **_lease(attempt)}
         return record
 
     def state(self, dataset_id: str, release: Release, *, release_id: str, pipeline: str, parameters: dict,
@@ -197,7 +203,8 @@ class Ledger:
             for record in self._dataset(document, dataset_id)["releases"]:
                 if record["id"] == record_id:
                     if attempt is not None and record.get("attempt") != attempt:
-                        raise LedgerError(f"release {record_id}: another attempt took it over")
+                        raise LostReleaseError(f"release {record.get('release_id')!r}: its lease ran out and another "
+                                               "attempt took it over; this one published nothing")  # fmt: skip
                     record["status"] = status
                     record.pop("lease_until", None)
                     return
@@ -206,6 +213,16 @@ class Ledger:
         self._store.update(change)
         level = logging.INFO if status == "done" else logging.WARNING
         _LOG.log(level, "dataset %r: release %s marked %s; its charge stays", dataset_id, record_id, status)
+
+    def check_holding(self, dataset_id: str, release_id: str, attempt: str, *, margin: float) -> None:
+        """Raise ``LostReleaseError`` unless ``attempt`` holds ``release_id`` with at least ``margin`` seconds of its
+        lease left: what a job checks right before it publishes."""
+        record = next((r for r in self.dataset(dataset_id)["releases"] if r.get("release_id") == release_id), None)
+        if record is None or record.get("attempt") != attempt or record["status"] != "reserved":
+            raise LostReleaseError(f"release {release_id!r}: another attempt holds it; this one publishes nothing")
+        if datetime.fromisoformat(record["lease_until"]) < _clock() + timedelta(seconds=margin):
+            raise LostReleaseError(f"release {release_id!r}: its lease is running out (not renewed); this attempt "
+                                   "publishes nothing")  # fmt: skip
 
     def _renew(self, dataset_id: str, record_id: str, attempt: str) -> None:
         """Extend the lease of ``attempt`` on the record, while it holds it."""
@@ -227,17 +244,20 @@ class Ledger:
 
     @contextlib.contextmanager
     def charged(self, dataset_id: str, release: Release, *,
-                drawn: Callable[[], tuple[bool, str | None]] | None = None, **details) -> Iterator[str]:  # fmt: skip
+                drawn: Callable[[], tuple[bool, str | None]] | None = None, attempt: str | None = None,
+                **details) -> Iterator[str]:  # fmt: skip
         """Reserve ``release``, run the block, then mark it done, or failed if the block raises.
 
         A release id's later attempt asks ``drawn()`` what earlier attempts left at the output: (True, _), the
         release complete and its own (an attempt that wrote it and died before it said so), marks it done and
         raises ``AlreadyReleased``; (False, PATH), a trace of a draw that may have been seen (a table without
         its manifest, a staged table), raises ``LedgerError``: a new draw needs a new charge. While the block
-        runs, its attempt renews its lease (``LEASE_SECONDS``) every fifth of it: an attempt that dies loses the
-        record once the lease runs out, and a concurrent one is refused (``ReleaseBusyError``).
+        runs, its attempt (``attempt``: its token, known to the job's ``LeaseGuard``) renews its lease
+        (``LEASE_SECONDS``) every fifth of it: an attempt that dies loses the record once the lease runs out, and a
+        concurrent one is refused (``ReleaseBusyError``).
         """
-        record = self._reserve(dataset_id, release, release_id=details.pop("release_id", None), **details)
+        record = self._reserve(dataset_id, release, release_id=details.pop("release_id", None), attempt=attempt,
+                               **details)  # fmt: skip
         record_id, attempt = record["id"], record.get("attempt")
         if record.get("attempts", 1) > 1 and drawn is not None:
             complete, trace = drawn()
@@ -274,6 +294,20 @@ class Ledger:
         if dataset_id not in document["datasets"]:
             raise UnknownDatasetError(f"dataset {dataset_id!r} has no budget in {self.path}: set it once first (init)")
         return document["datasets"][dataset_id]
+
+
+@dataclass(frozen=True)
+class LeaseGuard:
+    """Called by a job's last step right before it publishes (pickled with it, wherever it runs): raises
+    ``LostReleaseError`` unless the attempt still holds its release id with half a lease to spare."""
+
+    ledger: str
+    dataset_id: str
+    release_id: str
+    attempt: str
+
+    def __call__(self) -> None:
+        Ledger(self.ledger).check_holding(self.dataset_id, self.release_id, self.attempt, margin=LEASE_SECONDS / 2)
 
 
 def _wanted(release: Release, *, pipeline: str, parameters: dict, output: str | None) -> dict:
@@ -398,4 +432,13 @@ class _GcsStore:
         raise LedgerError(f"{self.path}: gave up after {self._ATTEMPTS} conflicting writes")
 
 
-__all__ = ["AlreadyReleased", "Ledger", "LedgerError", "OverspendError", "ReleaseBusyError", "budget_of"]
+__all__ = [
+    "AlreadyReleased",
+    "LeaseGuard",
+    "Ledger",
+    "LedgerError",
+    "LostReleaseError",
+    "OverspendError",
+    "ReleaseBusyError",
+    "budget_of",
+]

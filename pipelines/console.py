@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from beam_expmech.io.errors import InputError, describe_error
-from beam_expmech.ledger import AlreadyReleased, OverspendError, ReleaseBusyError
+from beam_expmech.ledger import AlreadyReleased, LostReleaseError, OverspendError, ReleaseBusyError
 from beam_expmech.releases.passes import JobFailedError
 from beam_expmech.releases.runners import RunnerUnavailableError
 
@@ -64,8 +64,8 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     """Run ``main``; a user error becomes one line on stderr and exit code 2, never a traceback. A SIGTERM (a
     scheduler's kill, a timeout) ends it as an exception would: a reservation it holds is marked failed."""
     configure_logging(sys.argv[1:] if argv is None else argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminated)
+    handler = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() \
+        else None  # fmt: skip
     try:
         return main(argv)
     except AlreadyReleased as done:  # a release id run again: nothing to do is success
@@ -75,10 +75,12 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
         return _error(error, USAGE_ERROR)
     except OverspendError as error:
         return _error(error, BUDGET_ERROR)
-    except (JobFailedError, RunnerUnavailableError, ReleaseBusyError) as error:
+    except (JobFailedError, RunnerUnavailableError, ReleaseBusyError, LostReleaseError) as error:
         return _error(error, JOB_ERROR)
     finally:
         _end_open_line()
+        if handler is not None:  # a host's own handler, as it was
+            signal.signal(signal.SIGTERM, handler)
 
 
 def _terminated(signum, frame) -> None:

@@ -1,7 +1,7 @@
 """Workload error of a synthetic table against the real one. NOT a release: it reads the real data.
 
     python -m pipelines.evaluate_synthetic REAL DOMAIN.json SYNTH [--degree 3] [--columns a,b,c]
-        [--json evaluation.json] [--report report.html]
+        [--delimiter ';'] [--json evaluation.json] [--report report.html]
 
 For every k-way marginal of the columns (default: all of the domain's columns; a numeric column
 counted by the bins of its grid, as synthesize counts it; private edges as SYNTH's manifest states
@@ -49,17 +49,19 @@ BOOTSTRAP_SEED = 0  # the report is not a release: a fixed seed, so that two rep
 HEAT_MAP_CELLS = 4096  # a marginal with more cells is in the error table only
 
 
-def workload_counts(path: str, workload: MarginalWorkload, domain: domains.Domain, domain_path: str) -> np.ndarray:
-    """Summed workload counts of one table; a value outside its column's domain is an error, but for a numeric
-    column's, clamped into its grid's end bin as synthesize counts it (the same ``ColumnSpec``)."""
+def workload_counts(path: str, workload: MarginalWorkload, domain: domains.Domain, domain_path: str,
+                    delimiter: str = ",") -> np.ndarray:  # fmt: skip
+    """Summed workload counts of one table (a CSV file's fields split at ``delimiter``); a value outside its
+    column's domain is an error, but for a numeric column's, clamped into its grid's end bin as synthesize counts
+    it (the same ``ColumnSpec``)."""
     files = readers.match_files(path)
-    readers.check_columns(files, None, list(workload.columns))
-    domain = domains.with_input_types(domain, path, None, domain_path)
+    readers.check_columns(files, None, list(workload.columns), delimiter=delimiter)
+    domain = domains.with_input_types(domain, path, None, domain_path, delimiter)
     specs = [domains.domain_spec(c, domain[c]) for c in workload.columns]
     total = np.zeros(workload.num_candidates, dtype=np.int64)
     for file in files:
         for split in readers.splits(file, readers.file_format(file)):
-            for batch in readers.read_split(split, workload.columns):
+            for batch in readers.read_split(split, workload.columns, delimiter):
                 malformed = isinstance(batch, MalformedRows)
                 good, bad = (None, batch.rows) if malformed else validate(batch, specs)
                 if bad is not None:
@@ -101,7 +103,8 @@ def _probabilities(counts: np.ndarray) -> list:
     return (counts / max(int(counts.sum()), 1)).tolist()
 
 
-def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, columns: list[str] | None = None) -> dict:
+def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, columns: list[str] | None = None,
+               delimiter: str = ",") -> dict:  # fmt: skip
     """The whole evaluation as one JSON-ready dict, what ``--json`` writes and ``--report`` draws: the workload's
     errors (each marginal's, sorted from the worst, their average, median and max), each column's distribution in
     both tables (probabilities, by code, with what each code stands for), and the worst and a typical (median
@@ -121,8 +124,11 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
     marginals = list(itertools.combinations(columns, degree))
     # One pass over each table counts the workload and every column's 1-way marginal together.
     workload = MarginalWorkload(list(dict.fromkeys([(c,) for c in columns] + marginals)), domains.domain_sizes(domain))
-    real_counts = workload.split(workload_counts(real, workload, domain, domain_path))
-    synthetic_counts = workload.split(workload_counts(synthetic, workload, domain, domain_path))
+    if delimiter != "," and not any(readers.file_format(f) == "csv" for p in (real, synthetic)
+                                    for f in readers.match_files(p)):  # fmt: skip
+        raise ValueError("--delimiter is for CSV files, and neither table is one")
+    real_counts = workload.split(workload_counts(real, workload, domain, domain_path, delimiter))
+    synthetic_counts = workload.split(workload_counts(synthetic, workload, domain, domain_path, delimiter))
     errors = workload_errors({m: real_counts[m] for m in marginals}, synthetic_counts)
     ranked = sorted(marginals, key=lambda m: -errors[m])  # stable: ties keep the workload's order
     synthetic_rows = int(synthetic_counts[(columns[0],)].sum())
@@ -132,7 +138,8 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
         "bootstrap": workload_errors({m: real_counts[m] for m in marginals},
                                      bootstrap(real_counts, marginals, synthetic_rows)),
     }  # fmt: skip
-    labels = {c: bin_labels(v) for c, v in domains.with_input_types(domain, real, None, domain_path).items()}
+    typed = domains.with_input_types(domain, real, None, domain_path, delimiter)
+    labels = {c: bin_labels(v) for c, v in typed.items()}
     values = list(errors.values())
     result = {
         "evaluation": NOTICE,
@@ -239,15 +246,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("synthetic")
     parser.add_argument("--degree", type=int, default=3)
     parser.add_argument("--columns", help="comma-separated (default: every column of the domain)")
+    parser.add_argument(
+        "--delimiter",
+        default=",",
+        type=flags.delimiter,
+        help="CSV only: the character between fields of both tables (default ','; ';', '|', '\\t')",
+    )
     parser.add_argument("--json", help="write the evaluation here as JSON (local or gs://; not a release)")
     parser.add_argument("--report", help="write the evaluation here as one self-contained HTML page (not a release)")
     args = parser.parse_args(argv)
     for flag, path in (("--json", args.json), ("--report", args.report)):
         if path and writers.inside(path, writers.published_folder(args.synthetic)):  # exact shares of the real data
             raise ValueError(f"{flag} must lie outside the synthetic table's folder (where releases are published)")
-    result = evaluation(
-        args.real, args.domain, args.synthetic, args.degree, args.columns.split(",") if args.columns else None
-    )
+    result = evaluation(args.real, args.domain, args.synthetic, args.degree,
+                        args.columns.split(",") if args.columns else None, args.delimiter)  # fmt: skip
     if args.json:
         writers.write_json(args.json, result)
     if args.report:

@@ -16,7 +16,7 @@ def add_input_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="a file, a glob, or gs://bucket/path (Parquet, CSV or Avro)")
     parser.add_argument("--format", choices=readers.FORMATS, help="the input format (default: from the file extension)")
     parser.add_argument(
-        "--delimiter", default=",", type=_delimiter, help="CSV only: the character between fields (default ','; "
+        "--delimiter", default=",", type=delimiter, help="CSV only: the character between fields (default ','; "
         "';', '|', or '\\t' for a tab)",
     )  # fmt: skip
     parser.add_argument(
@@ -26,7 +26,7 @@ def add_input_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _delimiter(text: str) -> str:
+def delimiter(text: str) -> str:
     """--delimiter's value: a tab for '\\t' as a shell passes it (two characters), or for 'tab'."""
     return "\t" if text in ("\\t", "tab") else text
 

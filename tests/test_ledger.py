@@ -12,7 +12,16 @@ import pytest
 
 from beam_expmech import ledger as ledger_module
 from beam_expmech.accounting import Release
-from beam_expmech.ledger import AlreadyReleased, Ledger, LedgerError, OverspendError, ReleaseBusyError, budget_of
+from beam_expmech.ledger import (
+    AlreadyReleased,
+    LeaseGuard,
+    Ledger,
+    LedgerError,
+    LostReleaseError,
+    OverspendError,
+    ReleaseBusyError,
+    budget_of,
+)
 
 
 def test_approximate_releases_keep_their_delta_in_the_ledger(tmp_path):
@@ -187,10 +196,27 @@ def test_an_attempt_holds_its_release_id_while_it_runs_and_loses_it_when_its_lea
     ledger.reserve("d", release, release_id="r", **details)
     (record,) = ledger.dataset("d")["releases"]
     assert record["attempts"] == 2 and record["attempt"] != stale
-    with pytest.raises(LedgerError, match="another attempt took it over"):
+    with pytest.raises(LostReleaseError, match="another attempt took it over"):
         ledger.finish("d", first, "done", attempt=stale)  # the first attempt, late: it may not say done
+    with pytest.raises(LostReleaseError, match="another attempt holds it; this one publishes nothing"):
+        LeaseGuard(ledger.path, "d", "r", stale)()  # nor publish: its job's last step asks first
+    LeaseGuard(ledger.path, "d", "r", record["attempt"])()  # the attempt that holds it may
     assert ledger.dataset("d")["releases"][0]["status"] == "reserved"
     assert budget_of(ledger.dataset("d")).spent() == pytest.approx(0.5)
+
+
+def test_a_job_whose_lease_was_not_renewed_publishes_nothing(tmp_path, monkeypatch):
+    """The ledger could not be reached to renew: with less than half a lease left, the last step refuses."""
+    ledger = Ledger(str(tmp_path / "ledger.json"))
+    ledger.init("d", epsilon=2.0)
+    ledger.reserve("d", Release.pure(0.5, "a"), release_id="r", pipeline="select", parameters={}, output="o.json")
+    (record,) = ledger.dataset("d")["releases"]
+    guard = LeaseGuard(ledger.path, "d", "r", record["attempt"])
+    guard()  # a whole lease ahead
+    later = ledger_module._clock() + datetime.timedelta(seconds=ledger_module.LEASE_SECONDS * 0.6)
+    monkeypatch.setattr(ledger_module, "_clock", lambda: later)  # 0.6 of the lease gone, no renewal
+    with pytest.raises(LostReleaseError, match="its lease is running out"):
+        guard()
 
 
 def test_a_running_attempt_renews_its_lease(tmp_path, monkeypatch):

@@ -182,18 +182,17 @@ def splits(path: str, fmt: str) -> list[tuple[str, str, int | None]]:
     return [(path, fmt, None)]
 
 
-def split_bytes(split: tuple[str, str, int | None]) -> float:
-    """The share of its file's size that a split stands for (a file's size: public, as its name is): a whole
-    file's size; a Parquet row group's, in proportion to its compressed bytes among the file's row groups."""
-    path, _, group = split
+def split_bytes(path: str, fmt: str) -> dict[int | None, float]:
+    """The share of the file's size (public, as its name is) that each of its splits (``splits``) stands for: the
+    whole size for a file read whole (key None); a Parquet row group's in proportion to its compressed bytes."""
     size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-    if group is None:
-        return float(size)
+    if fmt != "parquet":
+        return {None: float(size)}
     with FileSystems.open(path) as handle:
         metadata = pq.ParquetFile(handle).metadata
     compressed = [sum(metadata.row_group(g).column(c).total_compressed_size for c in range(metadata.num_columns))
                   for g in range(metadata.num_row_groups)]  # fmt: skip
-    return size * compressed[group] / max(sum(compressed), 1)
+    return {g: size * bytes_ / max(sum(compressed), 1) for g, bytes_ in enumerate(compressed)}
 
 
 def total_bytes(paths: Sequence[str]) -> int:

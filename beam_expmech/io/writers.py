@@ -47,7 +47,7 @@ def open_atomically(path: str) -> Iterator[BinaryIO]:
     path = path.removeprefix("file://")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=".tmp-", delete=False) as handle:
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=temporary_prefix(path), delete=False) as handle:
         try:
             yield handle
             handle.flush()
@@ -65,6 +65,12 @@ def open_atomically(path: str) -> Iterator[BinaryIO]:
         os.unlink(handle.name)
         raise
     _flush_folder(folder)
+
+
+def temporary_prefix(path: str) -> str:
+    """How a file being written to ``path`` begins its name until it is whole (a process killed before the rename
+    leaves it, named after what it was for)."""
+    return f".tmp-{os.path.basename(path)}."
 
 
 def _flush_folder(folder: str) -> None:

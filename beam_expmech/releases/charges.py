@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import json
 import posixpath
 from collections.abc import Iterator
@@ -11,14 +12,14 @@ from collections.abc import Iterator
 from apache_beam.io.filesystems import FileSystems
 
 from beam_expmech.accounting import PrivacyBudget, Release
-from beam_expmech.io import readers, release_files
+from beam_expmech.io import readers, release_files, writers
 from beam_expmech.ledger import Ledger, UnknownDatasetError, budget_of
 from beam_expmech.releases.declaration import Budget
 
 
 @contextlib.contextmanager
 def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, parameters: dict,
-           output: str | None) -> Iterator[None]:  # fmt: skip
+           output: str | None, attempt: str | None = None) -> Iterator[None]:  # fmt: skip
     """Charge ``release`` to this run's (epsilon, ``delta``) budget and, with a ledger, reserve it for the
     dataset on entering the block, before any data is read; the ledger marks it done or failed when the block
     ends (``parameters``: the run's public parameters, recorded beside it). Raises (nothing spent) if it does
@@ -30,7 +31,7 @@ def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, par
         return
     reservation = Ledger(budget.ledger).charged(
         budget.dataset_id, release, pipeline=pipeline, parameters=parameters, output=output,
-        release_id=budget.release_id,
+        release_id=budget.release_id, attempt=attempt,
         drawn=None if output is None else functools.partial(drawn, output, budget.release_id),
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
@@ -47,19 +48,30 @@ def charge(budget: Budget, release: Release, *, delta: float, pipeline: str, par
 def drawn(output: str, release_id: str | None) -> tuple[bool, str | None]:
     """What earlier attempts of ``release_id`` left at ``output``: (True, None) where its release is complete (its
     manifest or JSON document, written last, naming that release id); else (False, the first trace of a draw that
-    may have been seen: a document of another release, a table without its manifest, a staged table, released
-    bin edges), or (False, None): nothing."""
+    may have been seen: a table without its manifest, a staged table, released bin edges, a file half written), or
+    (False, None): nothing of theirs. A document naming another release id is that release's: an attempt of this
+    one would have retired it (a manifest) or replaced it (a JSON document) before writing anything."""
     document = release_files.manifest_path(output) if release_files.writes_manifest(output) else output
     if FileSystems.exists(document):
         try:
             named = json.loads(readers.read_text(document)).get("release_id")
-        except Exception:  # not a document of ours: a trace all the same
-            named = None
-        return (True, None) if named == release_id and named is not None else (False, document)
+        except Exception:  # not a document of ours: what it holds cannot be told
+            return False, document
+        if named == release_id:
+            return True, None
+        if named is None:
+            return False, document
+        return False, None  # another release's, whole: nothing of this one's at the output
+    if FileSystems.exists(output):
+        return False, output
     folder, name = posixpath.split(output)
-    staged, edges = f".staged-*-{name}", f".edges-*-{posixpath.splitext(name)[0]}.json"  # synthesis.py's names
-    for pattern in (output, posixpath.join(folder, staged), posixpath.join(folder, edges)):
-        found = [m.path for result in FileSystems.match([pattern]) for m in result.metadata_list]
+    hexes, stem = "[0-9a-f]" * 16, posixpath.splitext(name)[0]
+    # synthesis.py's staged table and bin edges, writers' half-written files: each named after the output, exactly
+    patterns = [f".staged-{hexes}-{glob.escape(name)}", f".edges-{hexes}-{glob.escape(stem)}.json"]
+    patterns += [glob.escape(writers.temporary_prefix(n)) + "*" for n in (name, release_files.manifest_path(name))]
+    for pattern in patterns:
+        found = [m.path for result in FileSystems.match([posixpath.join(glob.escape(folder), pattern)])
+                 for m in result.metadata_list]  # fmt: skip
         if found:
             return False, found[0]
     return False, None

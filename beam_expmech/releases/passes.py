@@ -4,6 +4,7 @@ keys of a column), then the final step and its write."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import uuid
@@ -58,6 +59,8 @@ class Reading:
     seed: int | None = None
     progress: Progress | None = None  # told how much of the files' bytes each pass has read
     progress_token: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
+    draws_told: bool = True  # whether progress hears of the draws too (a generator's rounds, the row fitting)
+    guard: Callable[[], None] | None = None  # called by the last step right before it publishes (LeaseGuard)
 
     def describe(self) -> str:
         """Where the data come from, as a log line or a dry run says it (a count and a pattern, no data)."""
@@ -182,6 +185,8 @@ def counting_pipeline(
     """The job's graph, not yet run: read, validate (rejected rows to the dead letter, if any), bound (with a
     unit column), count, release, ``write`` it."""
     pipeline = beam.Pipeline(options=runners.pipeline_options(reading.pipeline_args))
+    if reading.guard is not None:
+        write = functools.partial(_guarded, reading.guard, write)
     batches, dead_letter_written = read_valid_batches(pipeline, reading, job.specs)
     if reading.unit.column:
         batches = batches | "Bound" >> job.bounding(reading)
@@ -204,6 +209,11 @@ def counting_pipeline(
         | "Write" >> beam.Map(_write_release, write)
     )
     return pipeline
+
+
+def _guarded(guard: Callable[[], None], write: Callable[[object], None], payload: object) -> None:
+    guard()  # raises where this attempt no longer holds its release id: nothing published
+    write(payload)
 
 
 def _as_release(payload: object) -> tuple[bool, object]:
@@ -257,10 +267,12 @@ def _telling_progress(reading: Reading) -> Iterator[Callable[[], None]]:
         return
     total, done, lock = float(readers.total_bytes(reading.files)), [0.0], threading.Lock()
     what = f"reading {len(reading.files)} file{'' if len(reading.files) == 1 else 's'} ({total / 1e6:,.1f} MB)"
+    shares = functools.cache(readers.split_bytes)  # a file's splits' bytes, read once a file
 
-    def tell(split_bytes: float) -> None:
+    def tell(split: tuple[str, str, int | None]) -> None:
+        path, fmt, group = split
         with lock:  # splits may end on several of the runner's threads at once
-            done[0] = min(done[0] + split_bytes, total)
+            done[0] = min(done[0] + shares(path, fmt)[group], total)
             if done[0] < total:  # the last call, total of total, once the pass is over
                 reading.progress(what, done[0], total)
 

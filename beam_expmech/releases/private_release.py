@@ -13,18 +13,22 @@ release), and a session that holds the data (the dataset's budget lives in a led
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields as dataclass_fields
 
+import numpy as np
 import pyarrow as pa
 
 from beam_expmech import parameters
 from beam_expmech.io import avro_tables, release_files, writers
-from beam_expmech.ledger import AlreadyReleased, Ledger, UnknownDatasetError
+from beam_expmech.ledger import AlreadyReleased, LeaseGuard, Ledger, UnknownDatasetError
 from beam_expmech.releases import charges, passes, runners
 from beam_expmech.releases.declaration import EACH_ROW, Budget, Files, PrivacyUnit, Rows
 from beam_expmech.releases.queries import Halfspace, Quantiles, Select
@@ -114,15 +118,21 @@ class PrivateRelease:
         if unknown:
             raise ValueError(f"{unknown[0]!r} is not one of Beam's pipeline options")
         runners.check_runner(args)
-        return self.prepared.run(self._reading(args, progress), charged=self._charged, output=self.output)
+        named = self.budget.release_id
+        attempt = None if named is None else uuid.uuid4().hex  # this attempt's token, known to the job's last step
+        guard = None if named is None else LeaseGuard(self.budget.ledger, self.budget.dataset_id, named, attempt)
+        # A named release may be drawn again by a retry: what its draws would tell (a generator's rounds) stays
+        # untold, so that a failed attempt shows nothing of its draw.
+        reading = dataclasses.replace(self._reading(args, progress), draws_told=named is None, guard=guard)
+        return self.prepared.run(reading, charged=functools.partial(self._charged, attempt), output=self.output)
 
     def _reading(self, pipeline_args: tuple[str, ...], progress: Progress | None = None) -> passes.Reading:
         return passes.Reading(self.source, self.files, self.unit, self.dead_letter, pipeline_args, self.seed,
                               progress)  # fmt: skip
 
     @contextlib.contextmanager
-    def _charged(self) -> Iterator[None]:
-        with charges.charge(self.budget, self.cost, delta=self.prepared.delta, **self._named()):
+    def _charged(self, attempt: str | None = None) -> Iterator[None]:
+        with charges.charge(self.budget, self.cost, delta=self.prepared.delta, attempt=attempt, **self._named()):
             yield
 
     def _named(self) -> dict:
@@ -163,18 +173,25 @@ class PrivateRelease:
 
 
 def _digest(value: object) -> str:
-    """A value's SHA-256, of a canonical JSON form (a range as its bounds, mappings by key, grids by their state)."""
+    """A value's SHA-256, of a canonical JSON form that keeps types apart (1 and "1", a tuple and a list, a range
+    and the list it spells) and numbers exact (arrays and numpy numbers as Python's, whose repr round-trips)."""
 
     def canonical(item):
+        if isinstance(item, (bool, str, type(None))):
+            return item
+        if isinstance(item, (int, float, np.number)):
+            return {type(item).__name__: item.item() if isinstance(item, np.number) else item}
         if isinstance(item, range):
             return {"range": [item.start, item.stop, item.step]}
+        if isinstance(item, np.ndarray):
+            return {"ndarray": [str(item.dtype), list(item.shape), item.ravel().tolist()]}
         if isinstance(item, Mapping):
-            return {str(k): canonical(v) for k, v in item.items()}
+            return {"mapping": [[canonical(k), canonical(v)] for k, v in item.items()]}
         if isinstance(item, (list, tuple)):
-            return [canonical(v) for v in item]
-        if isinstance(item, (str, int, float, bool, type(None))):
-            return item
-        return canonical(vars(item)) if hasattr(item, "__dict__") else repr(item)
+            return {type(item).__name__: [canonical(v) for v in item]}
+        if hasattr(item, "__dict__"):
+            return {type(item).__qualname__: canonical(vars(item))}
+        raise ValueError(f"a release's parameter of type {type(item).__name__} cannot be recorded in the ledger")
 
     return hashlib.sha256(json.dumps(canonical(value), sort_keys=True).encode()).hexdigest()
 

@@ -218,7 +218,8 @@ class PreparedSynthesis:
         """Charge once (edges' passes included), release the edges, then count and release the table; the
         manifest read back once written."""
         staged = staged_path(output)
-        relay = None if reading.progress is None else Relay(reading.progress_token)  # pickled with the step
+        told = reading.progress is not None and reading.draws_told
+        relay = Relay(reading.progress_token) if told else None  # pickled with the step
         step = self.step if relay is None else self.synthesis(self.numeric, relay)
         graph = self._main_pass(reading, step, output, staged)  # before the charge: what breaks it, free
         with charged():  # before any row is read

@@ -29,8 +29,7 @@ _LISTED_FILES = 128
 
 def _read_and_tell(split: tuple, columns: Sequence[str], delimiter: str, relay: Relay) -> Iterator:
     yield from readers.read_split(split, columns, delimiter)
-    if relay.heard():  # a split's bytes cost its file's metadata again: only where someone listens
-        relay(readers.split_bytes(split))
+    relay(tuple(split))  # where someone listens: it knows the split's bytes (readers.split_bytes)
 
 
 def _splits(entry: tuple) -> list[tuple[str, str, int | None]]:
@@ -46,8 +45,8 @@ class ReadRecordBatches(beam.PTransform):
     group, CSV and Avro by file; nothing is ever materialised whole. The files' schemas are checked
     when it is built (``readers.check_columns``): every file has the columns, each column of one type
     family in all (a unit read as 5 in one file and as "5" or 5.0 in another would be two units).
-    ``progress``: told the bytes of each split read (``readers.split_bytes``: of files, not of anything read from
-    them), where a listener hears it (``beam_expmech.progress``).
+    ``progress``: told each split read (path, format, row group: its bytes are its file's, ``readers.split_bytes``,
+    not anything read from it), where a listener hears it (``beam_expmech.progress``).
     """
 
     def __init__(

@@ -31,7 +31,7 @@ SHAPES = {  # by name, for flags whose type is text
     "domain": GCS_PATH,
     "candidates": GCS_PATH,
     "candidate_range": f"^{INTEGER}:{INTEGER}$",
-    "quantiles": f"^{NUMBER}(,{NUMBER})*$",
+    "quantiles": f"^ *{NUMBER} *(, *{NUMBER} *)*$",  # as --quantiles reads them: "0.1, 0.5" too
     "delimiter": r"^([^\r\n\"]|\\t|tab)$",  # one character, or \t or tab for a tab
 }
 

@@ -9,7 +9,14 @@ set -euo pipefail
 PIPELINE="${1:?usage: run.sh PIPELINE name=value ...}"
 shift
 : "${PROJECT:?set PROJECT}" "${REGION:?set REGION}" "${BUCKET:?set BUCKET}"
-PARAMETERS="^~^$(IFS='~'; echo "$*")"  # "~" separates them: values may hold commas (features=a,b)
+# gcloud's ^D^ names the character D between parameters: values may hold commas (features=a,b), so the first
+# of these that no value holds.
+SEPARATOR=
+for candidate in '~' '|' '@' '#' '%' '^'; do
+    [[ "$*" != *"$candidate"* ]] && { SEPARATOR="$candidate"; break; }
+done
+[[ -n "$SEPARATOR" ]] || { echo "run.sh: the parameters hold every separator gcloud could take (~ | @ # % ^)" >&2; exit 2; }
+PARAMETERS="^${SEPARATOR}^$(IFS="$SEPARATOR"; echo "$*")"
 OPTIONAL=()
 [[ -n "${SERVICE_ACCOUNT:-}" ]] && OPTIONAL+=(--service-account-email "$SERVICE_ACCOUNT")
 [[ -n "${NETWORK:-}" ]] && OPTIONAL+=(--network "$NETWORK")

@@ -45,7 +45,7 @@ def test_template_regexes_take_what_the_command_line_takes_and_refuse_the_rest(p
     of the right shape passes both, a wrong one fails the regex."""
     parser = MODULES[pipeline].build_parser()
     good = {"float": ["1", "0.5", "-2.5e-3", ".5"], "int": ["3", "-1"], "gs": ["gs://my-bucket/data/*.parquet"],
-            "candidate_range": ["0:1000", "-5:5"], "quantiles": ["0.25,0.5,0.75", "0.5"],
+            "candidate_range": ["0:1000", "-5:5"], "quantiles": ["0.25,0.5,0.75", "0.5", "0.1, 0.5"],
             "delimiter": [";", "|", "\\t", "tab"]}  # fmt: skip
     bad = {"float": ["one", "1,5", ""], "int": ["2.5", "x"], "gs": ["/local/file.csv", "data.csv", "gs://"],
            "candidate_range": ["0-1000", "a:b"], "quantiles": ["0.5,", "half"], "delimiter": [";;", ""]}  # fmt: skip
@@ -66,6 +66,8 @@ def test_template_regexes_take_what_the_command_line_takes_and_refuse_the_rest(p
             assert re.fullmatch(pattern, value), (parameter["name"], value)
             if kind in ("float", "int"):
                 action.type(value)  # the command line takes it too
+            if kind == "quantiles":
+                assert MODULES[pipeline].parse_quantiles(value)
         for value in bad[kind]:
             assert not re.fullmatch(pattern, value), (parameter["name"], value)
         shaped += 1
@@ -204,3 +206,10 @@ def test_run_sh_passes_the_operators_settings_to_gcloud(tmp_path, optional):
         assert (args[args.index(flag) + 1] == optional[setting]) if setting in optional else flag not in args
     assert args[args.index("--max-workers") + 1] == optional.get("MAX_WORKERS", "20")
     assert args[args.index("--parameters") + 1] == "^~^epsilon=1~features=a,b"
+    subprocess.run(
+        ["bash", str(ROOT / "deploy" / "dataflow" / "run.sh"), "select", "input=gs://b/~user/d.csv", "column=a|b"],
+        env=env,
+        check=True,
+    )  # a value with "~", another with "|": the next separator
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[args.index("--parameters") + 1] == "^@^input=gs://b/~user/d.csv@column=a|b"

@@ -93,3 +93,33 @@ def test_evaluate_refuses_a_numeric_grid_on_a_text_column(tmp_path):
     run = run_evaluate(str(tmp_path / "real.parquet"), str(tmp_path / "domain.json"), str(tmp_path / "synth.csv"),
                        "--degree", "1")  # fmt: skip
     assert run.returncode == 2 and "column 'x' holds text, but" in run.stderr
+
+
+def test_semicolon_files_are_read_with_delimiter_and_refused_without(tmp_path):
+    """Both tables as ';'-separated CSV: with --delimiter ';' the same numbers as the comma files; without it,
+    the missing column and the hint; --delimiter where neither table is CSV, refused."""
+    lines = (NLTCS / "nltcs.csv").read_text().splitlines()[:801]
+    (tmp_path / "real.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "sample.csv").write_text("\n".join(lines[:301]) + "\n")
+    for name in ("real.csv", "published/sample.csv"):
+        (tmp_path / name.replace(".csv", ".semi.csv")).write_text((tmp_path / name).read_text().replace(",", ";"))
+    columns = ("--columns", ",".join(lines[0].split(",")[:4]))
+    comma = run_evaluate(str(tmp_path / "real.csv"), str(NLTCS / "domain.json"),
+                         str(tmp_path / "published" / "sample.csv"), *columns)  # fmt: skip
+    semi = [
+        str(tmp_path / "real.semi.csv"),
+        str(NLTCS / "domain.json"),
+        str(tmp_path / "published" / "sample.semi.csv"),
+    ]
+    semicolon = run_evaluate(*semi, *columns, "--delimiter", ";")
+    assert comma.returncode == semicolon.returncode == 0, semicolon.stderr
+    assert semicolon.stdout == comma.stdout
+    unsaid = run_evaluate(*semi, *columns)
+    assert unsaid.returncode == 2 and "is that the delimiter? --delimiter" in unsaid.stderr
+    table = pa.table({c: np.zeros(3, np.int64) for c in lines[0].split(",")[:4]})
+    pq.write_table(table, tmp_path / "real.parquet")
+    pq.write_table(table, tmp_path / "published" / "s.parquet")
+    parquet = run_evaluate(str(tmp_path / "real.parquet"), str(NLTCS / "domain.json"),
+                           str(tmp_path / "published" / "s.parquet"), *columns, "--delimiter", ";")  # fmt: skip
+    assert parquet.returncode == 2 and "--delimiter is for CSV files, and neither table is one" in parquet.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -267,13 +268,15 @@ def test_a_retry_after_an_attempt_that_wrote_and_died_marks_it_done_and_writes_n
     assert budget_of(Ledger(path).dataset("shop")).spent() == pytest.approx(1.0)
 
 
-def test_a_retry_after_an_attempt_that_left_a_table_without_its_manifest_is_refused(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("name", ["top.csv", "top[1].csv"])  # a name that is a glob pattern is still itself
+def test_a_retry_after_an_attempt_that_left_a_table_without_its_manifest_is_refused(tmp_path, capsys, monkeypatch,
+                                                                                     name):  # fmt: skip
     """The table was written, its manifest was not (a 503 on the manifest): the table may have been read, so a
     second draw under the same charge is refused; the table is left as it is, nothing more spent."""
     write(purchases(2_000), tmp_path / "data.parquet", "parquet")
     path = str(tmp_path / "ledger.json")
     Ledger(path).init("shop", epsilon=3)
-    out = tmp_path / "top.csv"
+    out = tmp_path / name
     args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
             "--epsilon", "1", "--top-k", "5", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
             "--release-id", "top"]  # fmt: skip
@@ -291,7 +294,7 @@ def test_a_retry_after_an_attempt_that_left_a_table_without_its_manifest_is_refu
     capsys.readouterr()
     assert console.run_cli(select.main, args) == console.USAGE_ERROR
     assert f"an earlier attempt left {out}, a draw that may have been seen" in capsys.readouterr().err
-    assert out.read_bytes() == table and not (tmp_path / "top.manifest.json").exists()
+    assert out.read_bytes() == table and not out.with_name(out.stem + ".manifest.json").exists()
     (record,) = Ledger(path).dataset("shop")["releases"]
     assert (record["status"], record["attempts"]) == ("failed", 2)
     assert budget_of(Ledger(path).dataset("shop")).spent() == pytest.approx(1.0)
@@ -319,3 +322,59 @@ def test_a_named_release_is_checked_against_the_ledger_before_its_input(tmp_path
     assert console.run_cli(select.main, [*args[:-1], "other", "--seed", "3"]) == console.USAGE_ERROR
     assert "a named release may not take one" in capsys.readouterr().err
     assert len(Ledger(path).dataset("shop")["releases"]) == 1
+
+
+def test_another_release_at_the_output_is_no_trace_of_this_one(tmp_path, capsys, monkeypatch):
+    """latest.json, written each day by that day's release: day two's retry finds day one's document (another
+    release id, whole), not a draw of its own, and runs under its charge."""
+    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=3)
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", "--output", str(tmp_path / "latest.json"), "--budget-ledger", path,
+            "--dataset-id", "shop", "--release-id"]  # fmt: skip
+    assert console.run_cli(select.main, [*args, "day1"]) == 0
+    monkeypatch.setattr(queries, "run_pipeline", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
+    with pytest.raises(OSError):
+        select.main([*args, "day2"])
+    monkeypatch.undo()
+    assert console.run_cli(select.main, [*args, "day2"]) == 0
+    assert json.loads((tmp_path / "latest.json").read_text())["release_id"] == "day2"
+    records = Ledger(path).dataset("shop")["releases"]
+    assert [(r["release_id"], r["status"], r["attempts"]) for r in records] == [
+        ("day1", "done", 1),
+        ("day2", "done", 2),
+    ]
+
+
+def test_a_job_that_lost_its_release_id_publishes_nothing(tmp_path, capsys, monkeypatch):
+    """Its renewals fail (the ledger out of reach) and its lease runs short while it runs: the job's last step
+    finds it out and writes nothing; a later attempt, holding the id, publishes under the same charge."""
+    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=3)
+    out = tmp_path / "top.json"
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
+            "--release-id", "top"]  # fmt: skip
+    monkeypatch.setattr(ledger_module, "LEASE_SECONDS", 0.6)  # renewals every 0.12 s: each fails
+    monkeypatch.setattr(Ledger, "_renew", lambda *a: (_ for _ in ()).throw(OSError("ledger out of reach")))
+    assert console.run_cli(select.main, args) == console.JOB_ERROR
+    assert "LostReleaseError" in capsys.readouterr().err and not out.exists()
+    monkeypatch.undo()
+    assert console.run_cli(select.main, args) == 0 and out.exists()
+    (record,) = Ledger(path).dataset("shop")["releases"]
+    assert (record["status"], record["attempts"]) == ("done", 2)
+    assert budget_of(Ledger(path).dataset("shop")).spent() == pytest.approx(1.0)
+
+
+def test_run_cli_gives_back_a_host_s_own_sigterm_handler():
+    def host(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, host)
+    try:
+        assert console.run_cli(lambda argv: 0, []) == 0
+        assert signal.getsignal(signal.SIGTERM) is host
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -16,6 +16,7 @@ import pytest
 from beam_data import purchases, write
 
 from beam_expmech import Budget, PrivacyUnit, PrivateRelease, Select, Synthesis
+from beam_expmech.ledger import Ledger
 from beam_expmech.synth import row_fitting
 from pipelines import console
 
@@ -102,3 +103,18 @@ def test_an_error_after_a_bar_starts_a_line_of_its_own(capsys):
     assert console.run_cli(fails, []) == console.USAGE_ERROR
     err = capsys.readouterr().err
     assert err.endswith("50%\x1b[K\nerror: no\n")
+
+
+def test_a_named_release_tells_its_reading_only(tmp_path):
+    """A release id may be drawn again by a retry: its draws (AIM's rho, the row fitting) are not told, so that a
+    failed attempt showed nothing of its draw; the files' bytes are."""
+    table = purchases(3_000)
+    write(table.append_column("region", pa.array(table["item"].to_numpy() % 7)), tmp_path / "data.parquet", "parquet")
+    Ledger(str(tmp_path / "ledger.json")).init("shop", epsilon=2, delta=1e-6)
+    budget = Budget(1.0, 1e-6, str(tmp_path / "ledger.json"), "shop", "rows/2026-12-01")
+    release = PrivateRelease(source=str(tmp_path / "data.parquet"), query=Synthesis({"item": 50, "region": 7}),
+                             budget=budget, output=str(tmp_path / "rows.parquet"),
+                             unit=PrivacyUnit("user_id", max_rows=5))  # fmt: skip
+    calls, progress = recorder()
+    release.run(progress=progress)
+    assert {c[0] for c in calls} == {f"reading 1 file ({(tmp_path / 'data.parquet').stat().st_size / 1e6:,.1f} MB)"}
