@@ -143,7 +143,7 @@ class Ledger:
             reserved.clear()
             dataset = self._dataset(document, dataset_id)
             if release_id is not None:
-                earlier = next((r for r in dataset["releases"] if r.get("release_id") == release_id), None)
+                earlier = _named(dataset, release_id)
                 if earlier is not None:
                     reserved.append(self._again(dataset_id, earlier, wanted, attempt))
                     return
@@ -188,7 +188,7 @@ class Ledger:
         """The record ``release_id`` names (None: a new id), read only; ``LedgerError`` if it names another
         release or other parameters."""
         wanted = _wanted(release, pipeline=pipeline, parameters=parameters, output=output)
-        record = next((r for r in self.dataset(dataset_id)["releases"] if r.get("release_id") == release_id), None)
+        record = _named(self.dataset(dataset_id), release_id)
         if record is not None:
             _check_same(dataset_id, record, wanted)
         return record
@@ -217,7 +217,7 @@ class Ledger:
     def check_holding(self, dataset_id: str, release_id: str, attempt: str, *, margin: float) -> None:
         """Raise ``LostReleaseError`` unless ``attempt`` holds ``release_id`` with at least ``margin`` seconds of its
         lease left: what a job checks right before it publishes."""
-        record = next((r for r in self.dataset(dataset_id)["releases"] if r.get("release_id") == release_id), None)
+        record = _named(self.dataset(dataset_id), release_id)
         if record is None or record.get("attempt") != attempt or record["status"] != "reserved":
             raise LostReleaseError(f"release {release_id!r}: another attempt holds it; this one publishes nothing")
         if datetime.fromisoformat(record["lease_until"]) < _clock() + timedelta(seconds=margin):
@@ -308,6 +308,11 @@ class LeaseGuard:
 
     def __call__(self) -> None:
         Ledger(self.ledger).check_holding(self.dataset_id, self.release_id, self.attempt, margin=LEASE_SECONDS / 2)
+
+
+def _named(dataset: dict, release_id: str) -> dict | None:
+    """The dataset's record of ``release_id``, if any (one at most: a release id is charged once)."""
+    return next((r for r in dataset["releases"] if r.get("release_id") == release_id), None)
 
 
 def _wanted(release: Release, *, pipeline: str, parameters: dict, output: str | None) -> dict:

@@ -29,10 +29,6 @@ class Relay:
     def __init__(self, token: str):
         self.token = token
 
-    def heard(self) -> bool:
-        """Whether a listener is registered under the token in this process."""
-        return self.token in _LISTENERS
-
     def __call__(self, *args) -> None:
         listener = _LISTENERS.get(self.token)
         if listener is not None:
