@@ -225,7 +225,7 @@ def _round(
         return 0, weighed
     proposed = proposed[np.lexsort((source.uint32(proposed.size), gain[proposed]))]  # best first, ties at random
     leaving, arriving = here[proposed], base[proposed] + best[proposed, None] * stride
-    cells, inverse = np.unique(np.concatenate([leaving, arriving], axis=1), return_inverse=True)
+    cells, inverse = _distinct(np.concatenate([leaving, arriving], axis=1).ravel(), difference.size)
     room = np.maximum(1, np.floor(np.abs(difference[cells]))).astype(np.int64)
     kept = _kept(inverse.reshape(proposed.size, -1), room)
     np.subtract.at(difference, leaving[kept].ravel(), 1.0)
@@ -244,7 +244,7 @@ def _kept(touches: np.ndarray, room: np.ndarray) -> np.ndarray:
         if not alive.size:
             break
         flat = touches[alive].ravel()
-        by_cell = np.argsort(flat, kind="stable")  # within a cell, in priority order
+        by_cell = _stable_order(flat, room.size)  # within a cell, in priority order
         ordered = flat[by_cell]
         starts = np.flatnonzero(np.diff(ordered, prepend=-1))
         rank = np.empty(flat.size, np.int64)
@@ -255,3 +255,26 @@ def _kept(touches: np.ndarray, room: np.ndarray) -> np.ndarray:
         alive = alive[~fits]
         alive = alive[(room[touches[alive]] > 0).all(axis=1)]
     return kept
+
+
+def _distinct(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for ints in [0, ``bound``): the distinct values, sorted, and each
+    value's index among them; by a table of ``bound`` marks rather than a sort where ``bound`` is not far above the
+    values' count (a round's cells: a sort of them took a third of the row fitting's time)."""
+    if bound > 8 * values.size + 2**16:
+        distinct, inverse = np.unique(values, return_inverse=True)
+        return distinct, inverse.ravel()
+    present = np.zeros(bound, bool)
+    present[values] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[values]
+
+
+def _stable_order(values: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(values, kind="stable")`` for ints in [0, ``bound``): one sort of a word a value (the value, then
+    its position), several times faster than an argsort, where the two fit in 64 bits."""
+    position_bits = max(1, (values.size - 1).bit_length())
+    if max(1, (bound - 1).bit_length()) + position_bits > 63:
+        return np.argsort(values, kind="stable")
+    words = (values.astype(np.uint64) << np.uint64(position_bits)) | np.arange(values.size, dtype=np.uint64)
+    words.sort()
+    return (words & np.uint64((1 << position_bits) - 1)).astype(np.int64)

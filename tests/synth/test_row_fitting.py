@@ -188,3 +188,14 @@ def test_drawing_and_fitting_rows_hold_no_more_than_the_bound_a_generator_checks
     finally:
         tracemalloc.stop()
     assert len(fitted["c0"]) == rows and peak <= row_fitting.memory_bound(domain, workload)(rows)
+
+
+@pytest.mark.parametrize("size,bound", [(1, 1), (7, 3), (5_000, 60), (200_000, 510_028), (3_000, 10**8)])
+def test_the_rounds_sorts_are_numpys(size, bound):
+    """A round's distinct cells and its order by cell (a table of marks, a sort of packed words) are exactly
+    np.unique's and a stable argsort's, on the table's path and on the fallback (a bound far above the count)."""
+    values = np.random.default_rng(size).integers(0, bound, size)  # test-only
+    distinct, inverse = row_fitting._distinct(values, bound)
+    expected, expected_inverse = np.unique(values, return_inverse=True)
+    assert np.array_equal(distinct, expected) and np.array_equal(inverse, expected_inverse.ravel())
+    assert np.array_equal(row_fitting._stable_order(values, bound), np.argsort(values, kind="stable"))
