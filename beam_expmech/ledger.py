@@ -86,26 +86,11 @@ class Ledger:
         self.path = path
         self._store = _GcsStore(path) if path.startswith("gs://") else _LocalStore(path)
 
-    def init(self, dataset_id: str, *, epsilon: float, delta: float = 0.0) -> None:
-        """Set the total budget of ``dataset_id``, once; setting it again is refused."""
+    def init(self, dataset_id: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False) -> bool:
+        """Set the total budget of ``dataset_id``, once; whether it was set now. Setting it again is refused, but
+        with ``exist_ok`` where the dataset has this very budget already (a scheduler opening a dataset a
+        partition or a period): then nothing changes."""
         PrivacyBudget(epsilon=epsilon, delta=delta)  # validates both
-
-        def change(document: dict) -> None:
-            if dataset_id in document["datasets"]:
-                raise LedgerError(f"dataset {dataset_id!r} already has a budget in {self.path}")
-            document["datasets"][dataset_id] = {
-                "epsilon": epsilon,
-                "delta": delta,
-                "created": _now(),
-                "releases": [],
-            }
-
-        self._store.update(change)
-
-    def ensure(self, dataset_id: str, *, epsilon: float, delta: float = 0.0) -> bool:
-        """Set the total budget of ``dataset_id`` unless it has this very budget already (whether it was set now);
-        another budget is refused. For a scheduler that opens a dataset a partition or a period."""
-        PrivacyBudget(epsilon=epsilon, delta=delta)
         made = []
 
         def change(document: dict) -> None:
@@ -114,6 +99,8 @@ class Ledger:
                 document["datasets"][dataset_id] = {"epsilon": epsilon, "delta": delta, "created": _now(),
                                                     "releases": []}  # fmt: skip
                 made.append(dataset_id)
+            elif not exist_ok:
+                raise LedgerError(f"dataset {dataset_id!r} already has a budget in {self.path}")
             elif (dataset["epsilon"], dataset["delta"]) != (epsilon, delta):
                 raise LedgerError(f"dataset {dataset_id!r} has another budget in {self.path} (epsilon="
                                   f"{dataset['epsilon']:g}, delta={dataset['delta']:g}): it is set once")  # fmt: skip

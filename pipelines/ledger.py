@@ -44,12 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     ledger = Ledger(args.budget_ledger)
     if args.command == "init":
-        if args.exist_ok and not ledger.ensure(args.dataset_id, epsilon=args.epsilon, delta=args.delta):
+        if not ledger.init(args.dataset_id, epsilon=args.epsilon, delta=args.delta, exist_ok=args.exist_ok):
             print(f"dataset {args.dataset_id!r}: has budget epsilon={args.epsilon:g}, delta={args.delta:g} already "
                   f"in {ledger.path}")  # fmt: skip
             return 0
-        if not args.exist_ok:
-            ledger.init(args.dataset_id, epsilon=args.epsilon, delta=args.delta)
         print(f"dataset {args.dataset_id!r}: budget epsilon={args.epsilon:g}, delta={args.delta:g} in {ledger.path}")
     elif args.dataset_id is None:
         _show_datasets(ledger.datasets(), ledger.path, as_json=args.json)
@@ -129,10 +127,8 @@ def _show_dataset(dataset_id: str, dataset: dict, *, as_json: bool) -> None:
     for record in releases:
         epsilon, rho, delta = (_number(record[field]) for field in ("stated_epsilon", "rho", "delta"))
         epsilon += DERIVED_MARK if record["epsilon_at_delta"] is not None else ""
-        named = "" if record["release_id"] is None else f"  (release {record['release_id']}"
-        named += "" if not named else f", {record['attempts']} attempts)" if record["attempts"] > 1 else ")"
         print(f"{record['time']:<25} {record['pipeline']:<11} {epsilon:>8} {rho:>9} {delta:>9} "
-              f"{record['status']:<9} {record['output']}{named}")  # fmt: skip
+              f"{record['status']:<9} {record['output']}{_named(record)}")  # fmt: skip
     print(_summary_line(summary(dataset_id, dataset)))
     if any(record["epsilon_at_delta"] is not None for record in releases):
         print(f"{DERIVED_MARK} a zCDP release: the epsilon of its rho at its run's delta (the ledger stores the rho)")
@@ -146,6 +142,14 @@ def _summary_line(dataset: dict) -> str:
         f"spent {dataset['spent_epsilon']:g}, remaining {dataset['remaining_epsilon']:g} "
         f"(and {dataset['remaining_delta']:g} of delta), {count} release{'' if count == 1 else 's'}"
     )
+
+
+def _named(record: dict) -> str:
+    """What a line says of a named release: its id, and its attempts where there were several."""
+    if record["release_id"] is None:
+        return ""
+    attempts = f", {record['attempts']} attempts" if (record["attempts"] or 1) > 1 else ""
+    return f"  (release {record['release_id']}{attempts})"
 
 
 def _number(value: float | None) -> str:

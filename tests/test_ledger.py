@@ -234,12 +234,12 @@ def test_a_running_attempt_renews_its_lease(tmp_path, monkeypatch):
     assert len(leases) >= 2 and ledger.dataset("d")["releases"][0]["status"] == "done"
 
 
-def test_ensure_sets_a_budget_once_and_refuses_another(tmp_path):
+def test_init_exist_ok_sets_a_budget_once_and_refuses_another(tmp_path):
     ledger = Ledger(str(tmp_path / "ledger.json"))
-    assert ledger.ensure("d/2026-12-01", epsilon=1.0, delta=1e-6) is True
-    assert ledger.ensure("d/2026-12-01", epsilon=1.0, delta=1e-6) is False
+    assert ledger.init("d/2026-12-01", epsilon=1.0, delta=1e-6, exist_ok=True) is True
+    assert ledger.init("d/2026-12-01", epsilon=1.0, delta=1e-6, exist_ok=True) is False
     with pytest.raises(LedgerError, match=r"has another budget .*epsilon=1, delta=1e-06"):
-        ledger.ensure("d/2026-12-01", epsilon=2.0, delta=1e-6)
+        ledger.init("d/2026-12-01", epsilon=2.0, delta=1e-6, exist_ok=True)
     with pytest.raises(ValueError):
-        ledger.ensure("e", epsilon=-1.0)
+        ledger.init("e", epsilon=-1.0, exist_ok=True)
     assert list(ledger.datasets()) == ["d/2026-12-01"]

@@ -77,10 +77,10 @@ def drawn(output: str, release_id: str | None) -> tuple[bool, str | None]:
     return False, None
 
 
-def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan: dict, named: dict) -> str:
+def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan: dict,
+                 recorded: dict | None = None) -> str:  # fmt: skip
     """What a run would do and spend, read from its public parameters (and the ledger's remaining budget; with a
-    release id, what the ledger holds of it, checked as a run would: ``named``, its pipeline, parameters and
-    output)."""
+    release id, what the ledger holds of it: ``recorded``, its record, None if it has none yet)."""
     lines = [
         "dry run: no data read, nothing spent",
         f"  input: {source}",
@@ -89,16 +89,14 @@ def dry_run_text(*, budget: Budget, cost: Release, unit: str, source: str, plan:
         *(f"  {key}: {json.dumps(value)}" for key, value in plan.items()),
     ]
     if budget.ledger is not None:
-        dataset = Ledger(budget.ledger).dataset(budget.dataset_id)
-        left = budget_of(dataset)
+        left = budget_of(Ledger(budget.ledger).dataset(budget.dataset_id))
         lines.append(
             f"  ledger: dataset {budget.dataset_id!r} has {left.remaining():g} of epsilon={left.epsilon:g} left"
             + (f" and {left.remaining_delta():g} of delta={left.delta:g}" if left.delta else "")
         )
     if budget.release_id is not None:
-        record = Ledger(budget.ledger).state(budget.dataset_id, cost, release_id=budget.release_id, **named)
-        state = ("new: charged when it runs" if record is None else
-                 "done already: a run reads nothing and spends nothing" if record["status"] == "done" else
-                 f"charged already ({record['status']}): a run spends nothing more")  # fmt: skip
+        state = ("new: charged when it runs" if recorded is None else
+                 "done already: a run reads nothing and spends nothing" if recorded["status"] == "done" else
+                 f"charged already ({recorded['status']}): a run spends nothing more")  # fmt: skip
         lines.append(f"  release {budget.release_id!r}: {state}")
     return "\n".join(lines)

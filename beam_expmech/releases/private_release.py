@@ -81,7 +81,10 @@ class PrivateRelease:
         if self.seed is not None and budget.release_id is not None:
             raise ValueError("a test seed draws the same noise every run (not private): a named release may not "
                              "take one")  # fmt: skip
-        self.done = self._done_already()  # a named release that is done: nothing below is needed, nor read
+        self.recorded = self._recorded()  # what the ledger holds of a named release (None: nothing yet)
+        done = self.recorded is not None and self.recorded["status"] == "done"
+        # A named release that is done: what ``run`` raises; nothing below is needed, nor read.
+        self.done = AlreadyReleased(budget.dataset_id, budget.release_id, self.recorded["output"]) if done else None
         written = {"output": self.output, "the output's manifest": beside, "dead_letter": self.dead_letter}
         self.files = () if self.done else passes.check_input(self.source, self.prepared.specs, self.prepared.labels,
                                                              unit=unit, writes=written)  # fmt: skip
@@ -100,7 +103,7 @@ class PrivateRelease:
         """What ``run`` would read, do and spend, and what the ledger has left: no row read, nothing spent."""
         unit = "each row" if self.unit.column is None else f"{self.unit.column}, at most {self.unit.max_rows} rows"
         return charges.dry_run_text(budget=self.budget, cost=self.cost, unit=unit, plan=self.prepared.plan,
-                                    source=self._reading(()).describe(), named=self._named())  # fmt: skip
+                                    source=self._reading(()).describe(), recorded=self.recorded)  # fmt: skip
 
     def run(self, pipeline_args: Sequence[str] = (), *, progress: Progress | None = None) -> dict:
         """Charge the release, then run it (on the runner ``pipeline_args`` name, Beam's options: the DirectRunner
@@ -139,19 +142,17 @@ class PrivateRelease:
         """What the ledger records beside the charge, and compares when a release id is asked for again."""
         return {"pipeline": self.query.pipeline, "parameters": self.parameters(), "output": self.output}
 
-    def _done_already(self) -> AlreadyReleased | None:
-        """Where the budget names a release id the ledger holds as done (and for this very release): what ``run``
-        raises, before any file is looked at. Another release under the id is refused here."""
+    def _recorded(self) -> dict | None:
+        """The ledger's record of the budget's release id, looked up before any file is (None: no id, no record
+        yet, or no budget: which the charge says, with how to set one). Another release under the id is refused
+        here."""
         if self.budget.release_id is None:
             return None
         try:
-            record = Ledger(self.budget.ledger).state(self.budget.dataset_id, self.cost,
-                                                      release_id=self.budget.release_id, **self._named())  # fmt: skip
-        except UnknownDatasetError:  # said by the charge, with how to set a budget
+            return Ledger(self.budget.ledger).state(self.budget.dataset_id, self.cost,
+                                                    release_id=self.budget.release_id, **self._named())  # fmt: skip
+        except UnknownDatasetError:
             return None
-        if record is None or record["status"] != "done":
-            return None
-        return AlreadyReleased(self.budget.dataset_id, self.budget.release_id, record["output"])
 
     def parameters(self) -> dict:
         """The declaration's public parameters, as the ledger records them beside the charge."""

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from beam_expmech.mechanisms.randomness import RandomSource
+from beam_expmech.ordering import stable_order
 from beam_expmech.synth import Progress, sampling
 
 ROUNDS = 4  # rounds of moves a column gets before the next column's
@@ -244,7 +245,7 @@ def _kept(touches: np.ndarray, room: np.ndarray) -> np.ndarray:
         if not alive.size:
             break
         flat = touches[alive].ravel()
-        by_cell = _stable_order(flat, room.size)  # within a cell, in priority order
+        by_cell = stable_order(flat)  # within a cell, in priority order
         ordered = flat[by_cell]
         starts = np.flatnonzero(np.diff(ordered, prepend=-1))
         rank = np.empty(flat.size, np.int64)
@@ -267,14 +268,3 @@ def _distinct(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
     present = np.zeros(bound, bool)
     present[values] = True
     return np.flatnonzero(present), (np.cumsum(present) - 1)[values]
-
-
-def _stable_order(values: np.ndarray, bound: int) -> np.ndarray:
-    """``np.argsort(values, kind="stable")`` for ints in [0, ``bound``): one sort of a word a value (the value, then
-    its position), several times faster than an argsort, where the two fit in 64 bits."""
-    position_bits = max(1, (values.size - 1).bit_length())
-    if max(1, (bound - 1).bit_length()) + position_bits > 63:
-        return np.argsort(values, kind="stable")
-    words = (values.astype(np.uint64) << np.uint64(position_bits)) | np.arange(values.size, dtype=np.uint64)
-    words.sort()
-    return (words & np.uint64((1 << position_bits) - 1)).astype(np.int64)

@@ -32,6 +32,7 @@ from beam_expmech import parameters
 from beam_expmech.io import readers
 from beam_expmech.io.validation import canonical_identity
 from beam_expmech.mechanisms.randomness import RandomSource, stream_source
+from beam_expmech.ordering import stable_order
 from beam_expmech.predicates import CANDIDATE
 from beam_expmech.transforms import lineage
 from beam_expmech.transforms.lineage import validated_columns
@@ -327,7 +328,7 @@ def _lowest_keys(table: pa.Table, unit_column: str, key_column: str, max_keys: i
     keys = pc.dictionary_encode(canonical_identity(table.column(key_column).combine_chunks()), null_encoding="encode")
     pair_value = units.indices.to_numpy(zero_copy_only=False).astype(np.uint64) * np.uint64(len(keys.dictionary))
     pair_value += keys.indices.to_numpy(zero_copy_only=False).astype(np.uint64)  # unit, then key
-    order = _sorting_order(pair_value)
+    order = stable_order(pair_value)
     pair_value = pair_value[order]
     starts = np.flatnonzero(np.diff(pair_value, prepend=pair_value[0] + np.uint64(1)))  # each pair's first row
     sizes = np.diff(np.append(starts, order.size))
@@ -348,18 +349,6 @@ def _lowest_keys(table: pa.Table, unit_column: str, key_column: str, max_keys: i
         rank = _ranks(pair[by_priority])
         rows = np.concatenate([rows, order[crowded[by_priority[rank < max_rows]]]])
     return np.sort(rows)  # in the table's order
-
-
-def _sorting_order(values: np.ndarray) -> np.ndarray:
-    """An order that sorts ``values`` (uint64); equal values keep their order.
-
-    Where the value and the row number fit in 64 bits together, a sort of both in one word (an
-    argsort is several times slower than a sort of the words themselves)."""
-    index_bits = max(1, (values.size - 1).bit_length())
-    if int(values.max()).bit_length() + index_bits > 64:
-        return np.argsort(values, kind="stable")
-    words = np.sort((values << np.uint64(index_bits)) | np.arange(values.size, dtype=np.uint64))
-    return (words & np.uint64((1 << index_bits) - 1)).astype(np.int64)
 
 
 def _ranks(groups: np.ndarray) -> np.ndarray:

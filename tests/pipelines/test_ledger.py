@@ -190,16 +190,24 @@ def test_show_reads_a_ledger_written_before_releases_had_a_delta(tmp_path, capsy
     assert release["delta"] == 0.0 and release["stated_epsilon"] == 1.0
 
 
+def named_select(tmp_path, output, release_id: str | None = "top", *, budget: float = 3.0,
+                 flags: tuple[str, ...] = ()) -> tuple[list[str], str]:  # fmt: skip
+    """Purchases in data.parquet, a ledger whose dataset "shop" has ``budget``, and the flags of a select of them at
+    epsilon 1 into ``output``, charged there and named ``release_id`` (last); and the ledger's path."""
+    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
+    path = str(tmp_path / "ledger.json")
+    Ledger(path).init("shop", epsilon=budget)
+    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
+            "--epsilon", "1", *flags, "--output", str(output), "--budget-ledger", path,
+            "--dataset-id", "shop"]  # fmt: skip
+    return (args if release_id is None else [*args, "--release-id", release_id]), path
+
+
 def test_a_release_id_from_the_command_line_is_charged_once_and_written_once(tmp_path, capsys, monkeypatch):
     """A scheduler's retry and re-trigger: the first attempt fails after its charge, the second runs under that
     charge, the third finds it done (exit 0, nothing read: its output untouched), other parameters are refused."""
-    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
-    path = str(tmp_path / "ledger.json")
-    Ledger(path).init("shop", epsilon=1.5)
     out = tmp_path / "2026-12-01" / "top.json"
-    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
-            "--epsilon", "1", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
-            "--release-id", "top/2026-12-01"]  # fmt: skip
+    args, path = named_select(tmp_path, out, "top/2026-12-01", budget=1.5)
     lost = monkeypatch.setattr  # the release's pass fails after the reservation, as a lost worker would
     lost(queries, "run_pipeline", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
     with pytest.raises(OSError):
@@ -234,13 +242,8 @@ def test_a_retry_after_an_attempt_that_wrote_and_died_marks_it_done_and_writes_n
                                                                                        monkeypatch):  # fmt: skip
     """The attempt wrote its release, then died before the ledger said so: the next attempt finds the release
     complete (its manifest, written last), marks it done and draws nothing."""
-    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
-    path = str(tmp_path / "ledger.json")
-    Ledger(path).init("shop", epsilon=3)
     out = tmp_path / "top.csv"
-    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
-            "--epsilon", "1", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
-            "--release-id", "top"]  # fmt: skip
+    args, path = named_select(tmp_path, out)
     finish = Ledger.finish
 
     def dies_before_done(self, dataset_id, record_id, status, **attempt):
@@ -273,13 +276,8 @@ def test_a_retry_after_an_attempt_that_left_a_table_without_its_manifest_is_refu
                                                                                      name):  # fmt: skip
     """The table was written, its manifest was not (a 503 on the manifest): the table may have been read, so a
     second draw under the same charge is refused; the table is left as it is, nothing more spent."""
-    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
-    path = str(tmp_path / "ledger.json")
-    Ledger(path).init("shop", epsilon=3)
     out = tmp_path / name
-    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
-            "--epsilon", "1", "--top-k", "5", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
-            "--release-id", "top"]  # fmt: skip
+    args, path = named_select(tmp_path, out, flags=("--top-k", "5"))
     write_atomically = writers.write_atomically
 
     def manifest_fails(target, data):
@@ -303,12 +301,8 @@ def test_a_retry_after_an_attempt_that_left_a_table_without_its_manifest_is_refu
 def test_a_named_release_is_checked_against_the_ledger_before_its_input(tmp_path, capsys):
     """Done: its input may be gone (retention), it still exits 0 having read nothing; its candidates or quantiles
     changed are another release (refused, the dry run too); a test seed never goes with a release id."""
-    data = write(purchases(2_000), tmp_path / "data.parquet", "parquet")
-    path = str(tmp_path / "ledger.json")
-    Ledger(path).init("shop", epsilon=3)
-    args = ["--input", str(data), "--column", "item", "--candidate-range", "0:50", "--epsilon", "1",
-            "--output", str(tmp_path / "top.json"), "--budget-ledger", path, "--dataset-id", "shop",
-            "--release-id", "top"]  # fmt: skip
+    args, path = named_select(tmp_path, tmp_path / "top.json")
+    data = tmp_path / "data.parquet"
     assert console.run_cli(select.main, args) == 0
     data.unlink()
     capsys.readouterr()
@@ -327,12 +321,8 @@ def test_a_named_release_is_checked_against_the_ledger_before_its_input(tmp_path
 def test_another_release_at_the_output_is_no_trace_of_this_one(tmp_path, capsys, monkeypatch):
     """latest.json, written each day by that day's release: day two's retry finds day one's document (another
     release id, whole), not a draw of its own, and runs under its charge."""
-    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
-    path = str(tmp_path / "ledger.json")
-    Ledger(path).init("shop", epsilon=3)
-    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
-            "--epsilon", "1", "--output", str(tmp_path / "latest.json"), "--budget-ledger", path,
-            "--dataset-id", "shop", "--release-id"]  # fmt: skip
+    args, path = named_select(tmp_path, tmp_path / "latest.json", None)
+    args.append("--release-id")
     assert console.run_cli(select.main, [*args, "day1"]) == 0
     monkeypatch.setattr(queries, "run_pipeline", lambda *a, **k: (_ for _ in ()).throw(OSError("worker lost")))
     with pytest.raises(OSError):
@@ -350,13 +340,8 @@ def test_another_release_at_the_output_is_no_trace_of_this_one(tmp_path, capsys,
 def test_a_job_that_lost_its_release_id_publishes_nothing(tmp_path, capsys, monkeypatch):
     """Its renewals fail (the ledger out of reach) and its lease runs short while it runs: the job's last step
     finds it out and writes nothing; a later attempt, holding the id, publishes under the same charge."""
-    write(purchases(2_000), tmp_path / "data.parquet", "parquet")
-    path = str(tmp_path / "ledger.json")
-    Ledger(path).init("shop", epsilon=3)
     out = tmp_path / "top.json"
-    args = ["--input", str(tmp_path / "data.parquet"), "--column", "item", "--candidate-range", "0:50",
-            "--epsilon", "1", "--output", str(out), "--budget-ledger", path, "--dataset-id", "shop",
-            "--release-id", "top"]  # fmt: skip
+    args, path = named_select(tmp_path, out)
     monkeypatch.setattr(ledger_module, "LEASE_SECONDS", 0.6)  # renewals every 0.12 s: each fails
     monkeypatch.setattr(Ledger, "_renew", lambda *a: (_ for _ in ()).throw(OSError("ledger out of reach")))
     assert console.run_cli(select.main, args) == console.JOB_ERROR

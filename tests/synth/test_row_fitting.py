@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.ordering import stable_order
 from beam_expmech.synth import row_fitting
 from beam_expmech.synth.mwem import mwem
 from beam_expmech.synth.row_fitting import fit_rows
@@ -198,4 +199,4 @@ def test_the_rounds_sorts_are_numpys(size, bound):
     distinct, inverse = row_fitting._distinct(values, bound)
     expected, expected_inverse = np.unique(values, return_inverse=True)
     assert np.array_equal(distinct, expected) and np.array_equal(inverse, expected_inverse.ravel())
-    assert np.array_equal(row_fitting._stable_order(values, bound), np.argsort(values, kind="stable"))
+    assert np.array_equal(stable_order(values), np.argsort(values, kind="stable"))

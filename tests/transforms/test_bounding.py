@@ -17,6 +17,7 @@ from sampling import assert_follows
 
 from beam_expmech.io import readers
 from beam_expmech.io.validation import ColumnSpec, canonical_identity
+from beam_expmech.ordering import stable_order
 from beam_expmech.transforms import ValidateBatches, bounding
 from beam_expmech.transforms.bounding import (
     HASH,
@@ -25,7 +26,6 @@ from beam_expmech.transforms.bounding import (
     KeepLowestPerUnit,
     _key_ranks,
     _lowest,
-    _sorting_order,
     as_batches,
     decode_rows,
     encode_rows,
@@ -366,11 +366,11 @@ def test_keys_of_equal_priority_rank_by_value(seed):
         assert ranks[mine].tolist() == expected
 
 
-def test_sorting_order_is_a_stable_argsort_whatever_the_values():
+def test_the_sorting_order_is_a_stable_argsort_whatever_the_values():
     rng = np.random.default_rng(0)
     for high in (4, 1 << 40, 2**64 - 1):  # packed with the row number, then too wide to pack
         values = rng.integers(0, high, 1000, dtype=np.uint64, endpoint=True)
-        assert np.array_equal(_sorting_order(values), np.argsort(values, kind="stable"))
+        assert np.array_equal(stable_order(values), np.argsort(values, kind="stable"))
 
 
 @pytest.mark.parametrize(
