@@ -75,6 +75,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.bench_bounding
 	$(PY) -m benchmarks.bench_quantiles
 	$(PY) -m benchmarks.bench_synth
+	$(PY) -m benchmarks.bench_tstr
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) .pytest_cache .ruff_cache

@@ -1,7 +1,8 @@
 """Synthetic data: workload error and time of our generators beside reference ones, in one run.
 
     python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
-        [--seeds 3] [--no-reference | --references mst,aim] [--no-ours] [--reference-aim-rounds 8,nltcs=16]
+        [--seeds 3] [--no-reference | --references mst,aim] [--no-ours | --ours auto,aim,mwem,independent,...]
+        [--reference-aim-rounds 8,nltcs=16]
     python -m benchmarks.bench_synth --write-wide DIR    (the wide table as Parquet, for pipelines.synthesize)
 
 Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
@@ -53,6 +54,10 @@ vector, as pipelines.evaluate_synthetic), scored two ways for every generator al
          references: i.i.d.);
 and the seconds of the fit and the rows (without the scoring; until 2026-12-04 without the rows; after
 each table, a comment line gives the process's peak RSS so far) of
+  auto         beam_expmech.synth.choice, pipelines.synthesize's default: 1% of epsilon counts the rows, then
+               independent 1-ways (Laplace, by sqrt of the sizes) where that count's z is under SMALL_Z, else
+               aim with the rest of rho; (epsilon, delta = 1e-9)-DP. A comment line gives each table's z
+               (from its true size; auto reads a noisy one)
   aim          beam_expmech.synth.aim, rho-zCDP at the rho of (epsilon, delta = 1e-9)
   mwem         beam_expmech.synth.mwem, 20 rounds, pure epsilon-DP
   ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST()`` (mbi 1.1.0, Private-PGM mirror descent), same rho
@@ -101,6 +106,7 @@ from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth.aim import aim
 from beam_expmech.synth.baselines import independent_marginals
+from beam_expmech.synth.choice import SMALL_Z, aim_or_independent
 from beam_expmech.synth.graphical_model import GraphicalModel
 from beam_expmech.synth.mwem import mwem
 from beam_expmech.synth.row_fitting import synthetic_rows
@@ -338,6 +344,7 @@ WHEEL_TABLES = {
     "diabetes": diabetes,
 }
 DATASETS = ["nltcs", "titanic", "payroll", "wide", *WHEEL_TABLES]
+OURS = ["auto", "aim", "mwem", "independent", "1,000 rows"]
 
 
 def load(name: str) -> Table:
@@ -466,27 +473,39 @@ def _stepped_down(prior, ulps: int, value: float) -> float:
     return value
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default=",".join(DATASETS))
+def generator_arguments(parser: argparse.ArgumentParser, datasets: list[str], ours: list[str]) -> None:
+    """The flags that choose the tables, epsilons, seeds and generators (``generators``), here and in bench_tstr."""
+    parser.add_argument("--datasets", default=",".join(datasets))
     parser.add_argument("--epsilons", default="1.0,0.3")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--no-reference", action="store_true", help="skip OpenDP's MST and AIM")
     parser.add_argument("--references", default="mst,aim", help="which of OpenDP's MST and AIM to run")
     parser.add_argument("--no-ours", action="store_true", help="run the references only (a run split in parts)")
+    parser.add_argument("--ours", default=",".join(ours), help="which of ours and the baselines to run")
     parser.add_argument(
         "--reference-aim-rounds",
         default="",
         help="OpenDP AIM's T: a number for every dataset and/or NAME=T for one (default 16 d)",
     )
+
+
+def reference_aim_rounds(args: argparse.Namespace) -> Callable[[str], int | None]:
+    """A table's OpenDP AIM rounds, from --reference-aim-rounds (None: OpenDP's default)."""
+    items = [item for item in args.reference_aim_rounds.split(",") if item]
+    by_table = {k: int(v) for k, v in (item.split("=") for item in items if "=" in item)}
+    default = next((int(item) for item in items if "=" not in item), None)
+    return lambda name: by_table.get(name, default)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    generator_arguments(parser, DATASETS, OURS)
     parser.add_argument("--write-wide", metavar="DIR", help="write the wide table for pipelines.synthesize and stop")
     args = parser.parse_args()
     if args.write_wide:
         write_wide(Path(args.write_wide))
         return
-    items = [item for item in args.reference_aim_rounds.split(",") if item]
-    ref_rounds = {k: int(v) for k, v in (item.split("=") for item in items if "=" in item)}
-    ref_default = next((int(item) for item in items if "=" not in item), None)
+    rounds_of = reference_aim_rounds(args)
     print(
         f"{'dataset':<13} {'epsilon':>7} {'method':<16} {'model avg':>9} {'model max':>9} "
         f"{'rows avg':>9} {'rows max':>9} {'seconds':>8}",
@@ -498,10 +517,13 @@ def main() -> None:
         one_way = {m[0]: c for m, c in counts(batch, domain, 1).items()}
         for epsilon in (float(e) for e in args.epsilons.split(",")):
             rho = epsilon_to_zcdp(epsilon, delta=DELTA)
+            z = batch.num_rows * math.sqrt(2 * rho)  # what auto's rule reads, from a noisy count (synth.choice)
+            print(f"# {name} {epsilon:g}: {batch.num_rows:,} rows, z = {z:.1f} (auto: independent under {SMALL_Z})",
+                  flush=True)  # fmt: skip
             rows: dict[str, list] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(
-                    batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_rounds.get(name, ref_default)
+                    batch, domain, ordered, true, one_way, epsilon, rho, seed, args, rounds_of(name)
                 ):
                     start = time.perf_counter()
                     fitted = fit()
@@ -534,19 +556,30 @@ def write_wide(directory: Path) -> None:
 def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_aim_rounds):
     """(method, fit) pairs: each fit runs one generator and returns it as a Fitted."""
     references = set() if args.no_reference else set(args.references.split(","))
-    if not args.no_ours:
+    ours = set() if args.no_ours else set(args.ours.split(","))
+    if "auto" in ours:
+        yield (
+            "auto",
+            lambda: _ours(
+                aim_or_independent(true, domain, epsilon=epsilon, delta=DELTA, ordered=ordered, rng=seed).model,
+                domain,
+                list(true),
+            ),
+        )
+    if "aim" in ours:
         yield "aim", lambda: _ours(aim(true, domain, rho=rho, ordered=ordered, rng=seed).model, domain, list(true))
+    if "mwem" in ours:
         yield "mwem", lambda: _ours(mwem(true, domain, epsilon=epsilon, rounds=20, rng=seed).model, domain, list(true))
     if "mst" in references:
         yield "ref MST", lambda: reference(batch, domain, rho, "mst", None)
     if "aim" in references:
         label = "ref AIM" if ref_aim_rounds is None else f"ref AIM T={ref_aim_rounds}"
         yield label, lambda: reference(batch, domain, rho, "aim", ref_aim_rounds)
-    if not args.no_ours:
+    if "independent" in ours:
         yield "independent", lambda: _ours(independent_marginals(one_way, epsilon=epsilon, rng=seed)[0], domain,
                                            list(true))  # fmt: skip
-        if batch.num_rows > 1000:  # else it would be the table itself
-            yield "1,000 rows", lambda: sampled_rows(batch, domain, seed)
+    if "1,000 rows" in ours and batch.num_rows > 1000:  # else it would be the table itself
+        yield "1,000 rows", lambda: sampled_rows(batch, domain, seed)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     python -m benchmarks.tune_synth [--seeds 3] [--epsilons 1.0,0.3] [--shares 0.25,0.5,0.75] [--rounds 4,8,16,32]
                                     [--rare none,3] [--smoothing 0.5] [--tables diabetes,anes96,fair]
+    python -m benchmarks.tune_synth --one-ways 0,0.25,0.5,1 [--seeds 15] [--epsilons 0.1,0.3,1]
+                                    [--tables diabetes,anes96]
 
 The rule, fixed before any run (2026-12-02, issue 16):
   * the split: bench_synth's ten tables sorted by their number of rows, the 2nd, 4th, ... tune
@@ -35,6 +37,13 @@ and smoothing at those values: ``--shares 0.25,0.5,0.75,0.9 --rounds 16 --rare 3
 --tables diabetes,anes96,fair`` (nltcs and payroll are large data at both epsilons, z over 1,000, where
 every rule whose large-data share is 0.25 picks the same setting: they cannot reorder those rules):
 0.25, 0.75 under 300 (score 0.9463; 0.9 under 300: 0.9604).
+
+``--one-ways W,...`` (issue 38) scores auto's independent path instead (``choice.independent_one_ways``, the
+count taken as the true size): the median model error over the seeds with each smoothing weight W (noise scales
+added to each clipped count), divided by W = 0's, beside each (table, epsilon)'s z. On the tuning tables where
+auto takes that path (diabetes and anes96 at small z; fair, nltcs and payroll never do), W = 1 - z / 40 under
+z = 40 (``choice.SMOOTH_Z``) was read off this table: ``--one-ways 0,0.25,0.5,1 --seeds 15 --epsilons 0.1,0.3,1
+--tables diabetes,anes96``.
 """
 
 from __future__ import annotations
@@ -47,7 +56,9 @@ import time
 import numpy as np
 
 from beam_expmech.accounting import epsilon_to_zcdp
+from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth.aim import aim
+from beam_expmech.synth.choice import count_and_rho, independent_one_ways
 from benchmarks.bench_synth import DELTA, counts, errors, load
 
 TUNING = ["diabetes", "anes96", "fair", "nltcs", "payroll"]
@@ -90,7 +101,10 @@ def main() -> None:
     parser.add_argument("--rare", default="none,3", help="aim(rare=...): none never merges codes")
     parser.add_argument("--smoothing", default="0.5", help="aim(smoothing=...): 0 never smooths")
     parser.add_argument("--tables", default=",".join(TUNING))
+    parser.add_argument("--one-ways", help="smoothing weights of auto's independent path to score instead")
     args = parser.parse_args()
+    if args.one_ways:
+        return one_ways(args)
     rares = [None if r == "none" else float(r) for r in args.rare.split(",")]
     settings = list(
         itertools.product(
@@ -138,6 +152,29 @@ def main() -> None:
         print(f"{scores[name]:.4f}  {name}")
     best = min(scores, key=scores.__getitem__)
     print(f"chosen: {best if scores[best] < 1 - MARGIN else 'the old defaults'} (score {scores[best]:.4f})")
+
+
+def one_ways(args: argparse.Namespace) -> None:
+    """auto's independent path at each smoothing weight: median error over the seeds, over weight 0's."""
+    weights = [float(w) for w in args.one_ways.split(",")]
+    print(f"{'table':<9} {'epsilon':>7} {'z':>6} {'W = 0':>8} " + " ".join(f"{f'W = {w:g}':>9}" for w in weights[1:]))
+    for name in args.tables.split(","):
+        batch, domain, _ = load(name)
+        true = counts(batch, domain, 3)
+        for epsilon in (float(e) for e in args.epsilons.split(",")):
+            count_epsilon, rho = count_and_rho(epsilon, DELTA)
+            medians = []
+            for weight in weights:
+                runs = []
+                for seed in range(args.seeds):
+                    model = independent_one_ways(true, domain, epsilon=epsilon - count_epsilon, max_rows=1,
+                                                 count=(batch.num_rows, count_epsilon), smoothing=weight,
+                                                 source=random_source(seed)).model  # fmt: skip
+                    runs.append(errors(true, model.marginal)[0])
+                medians.append(float(np.median(runs)))
+            z = batch.num_rows * math.sqrt(2 * rho)
+            ratios = " ".join(f"{m / medians[0]:>9.3f}" for m in medians[1:])
+            print(f"{name:<9} {epsilon:>7g} {z:>6.0f} {medians[0]:>8.4f} {ratios}", flush=True)
 
 
 if __name__ == "__main__":

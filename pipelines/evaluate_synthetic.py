@@ -36,6 +36,7 @@ NOTICE = "Evaluation against the real data \u2014 not a differentially private r
 # What the report states of the release, from the synthetic table's manifest.
 RELEASE_FIELDS = (
     "mechanism",
+    "generator",
     "epsilon",
     "delta",
     "rho",

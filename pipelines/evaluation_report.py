@@ -103,7 +103,8 @@ def _baselines_note(result: dict) -> str:
     )
 
 
-RELEASE_NAMES = {"mechanism": "generator", "epsilon": "epsilon", "delta": "delta", "rho": "rho (zCDP)",
+RELEASE_NAMES = {"mechanism": "method", "generator": "generator (auto's choice)", "epsilon": "epsilon",
+                 "delta": "delta", "rho": "rho (zCDP)",
                  "privacy_unit": "privacy unit", "max_rows_per_unit": "K, rows a unit at most", "rows": "rows drawn",
                  "release_id": "release id", "private_randomness": "private randomness"}  # fmt: skip
 

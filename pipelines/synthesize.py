@@ -1,7 +1,8 @@
 """Private synthetic data: one Beam pass counts the workload's marginals, a generator makes the rows.
 
     python -m pipelines.synthesize --input PATH --domain DOMAIN.json --epsilon E [--delta D]
-        [--method aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N | --max-synthetic-rows M] [--rounds R]
+        [--method auto|aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N | --max-synthetic-rows M]
+        [--rounds R]
         [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
 
 DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1) or
@@ -16,12 +17,15 @@ column holds integers, and the manifest states the grid. With {"bins": "private"
 in a first data pass), stated in the manifest; the generator spends the rest, and the run is
 charged once for both passes.
 
-The pass counts, in one go, every k-way marginal of the columns (aim, mwem) or the full-domain
+The pass counts, in one go, every k-way marginal of the columns (auto, aim, mwem) or the full-domain
 histogram (blr); the generator touches those counts only through mechanisms, then samples rows:
 --rows of them, or its noisy size capped at --max-synthetic-rows (a public maximum). The memory all
 that holds, the table's included, is checked before any budget is spent; the table is written in
 chunks by the step that draws it, and moved to OUT by the job's last step.
-aim (the default) is rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are
+auto (the default) counts the rows with 1% of epsilon (Laplace) and, where that count says the data
+are too small for AIM's rounds, releases each column's 1-way marginal with Laplace noise (the columns
+independent), else runs AIM with the rest: (epsilon, delta)-DP, and the manifest's "generator" says
+which ran. aim is AIM alone, rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are
 pure epsilon-DP. The output keeps the columns and codes (labels, numbers); OUT.manifest.json
 beside it says what was spent, which marginals were measured (private outputs, so releasable)
 and each numeric column's grid.
@@ -35,6 +39,7 @@ import sys
 from beam_expmech.io.release_files import manifest_path
 from beam_expmech.releases import PrivateRelease, Synthesis
 from beam_expmech.releases.domains import read_domain
+from beam_expmech.transforms.synthesis import APPROXIMATE, METHODS
 from pipelines import console, flags
 
 AIM_DELTA = 1e-9
@@ -54,17 +59,21 @@ def build_parser() -> flags.ArgumentParser:
     parser.add_argument(
         "--delta",
         type=float,
-        help=f"aim: the small chance the epsilon bound may fail (default {AIM_DELTA:g}); mwem and blr are pure "
+        help=f"auto, aim: the small chance the epsilon bound may fail (default {AIM_DELTA:g}); mwem and blr are pure "
         "epsilon-DP and take none",
     )
     parser.add_argument(
         "--method",
-        choices=("aim", "mwem", "blr"),
-        default="aim",
-        help="aim: (epsilon, delta)-DP via zCDP, the most accurate (default); mwem, blr: pure epsilon-DP",
+        choices=METHODS,
+        default="auto",
+        help="auto (default): AIM, or independent 1-way marginals where a private count of the rows (a hundredth of "
+        "epsilon) says the data are too small for AIM, (epsilon, delta)-DP; aim: AIM alone, (epsilon, delta)-DP via "
+        "zCDP (a rho that composes with other zCDP releases); mwem, blr: pure epsilon-DP",
     )
     parser.add_argument(
-        "--workload-degree", type=int, help="k of the k-way marginals (aim, mwem; default 3, or all columns if fewer)"
+        "--workload-degree",
+        type=int,
+        help="k of the k-way marginals (auto, aim, mwem; default 3, or all columns if fewer)",
     )
     parser.add_argument("--columns", help="comma-separated subset of the domain's columns (default: all)")
     parser.add_argument("--rows", type=int, help="synthetic rows (default: the noisy size; required for blr)")
@@ -74,7 +83,11 @@ def build_parser() -> flags.ArgumentParser:
         help="without --rows, the most rows drawn: the noisy size is capped at it (default 10,000,000, or "
         "fewer where those would not fit in the generator's memory; the dry run and the manifest state it)",
     )
-    parser.add_argument("--rounds", type=int, help="mwem: rounds (default 20); aim: first rounds' budget share")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="mwem: rounds (default 20); aim, and auto where it runs AIM: first rounds' budget share",
+    )
     parser.add_argument("--output", required=True, help="OUT.parquet, OUT.csv or OUT.avro (local or gs://)")
     return parser
 
@@ -88,9 +101,9 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
     query = Synthesis(read_domain(args.domain), method=args.method, columns=args.columns and args.columns.split(","),
                       degree=args.workload_degree, rows=args.rows, max_synthetic_rows=args.max_synthetic_rows,
                       rounds=args.rounds, domain_name=args.domain)  # fmt: skip
-    if args.method != "aim" and args.delta is not None:
-        raise ValueError(f"--delta is for aim: {args.method} is pure epsilon-DP")
-    delta = (AIM_DELTA if args.delta is None else args.delta) if args.method == "aim" else 0.0
+    if args.method not in APPROXIMATE and args.delta is not None:
+        raise ValueError(f"--delta is for auto and aim: {args.method} is pure epsilon-DP")
+    delta = (AIM_DELTA if args.delta is None else args.delta) if args.method in APPROXIMATE else 0.0
     return flags.declared_release(args, query, delta=delta)
 
 
@@ -101,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         print(release.dry_run())
         return 0
     manifest = release.run(beam_args, progress=console.terminal_progress())
-    guarantee = f"epsilon={args.epsilon:g}" + (f", delta={manifest['delta']:g}" if args.method == "aim" else "")
+    guarantee = f"epsilon={args.epsilon:g}" + (f", delta={manifest['delta']:g}" if args.method in APPROXIMATE else "")
+    generator = manifest.get("generator", args.method)  # which auto chose: a function of a released count
     print(
-        f"wrote {manifest['rows']:,} synthetic rows of {len(manifest['columns'])} columns by {args.method}, "
+        f"wrote {manifest['rows']:,} synthetic rows of {len(manifest['columns'])} columns by {generator}, "
         f"{guarantee}, to {args.output} (manifest: {manifest_path(args.output)})"
     )
     return 0

@@ -37,8 +37,7 @@ from beam_expmech.releases.queries import release_fields
 from beam_expmech.synth import MAX_MEMORY
 from beam_expmech.transforms import GatherCounts, PrivateQuantiles, PrivateSynthesis
 from beam_expmech.transforms.quantiles import JOINT_BINS
-
-METHODS = ("aim", "mwem", "blr")
+from beam_expmech.transforms.synthesis import APPROXIMATE, METHODS
 
 
 @dataclass(frozen=True)
@@ -47,16 +46,18 @@ class Synthesis:
 
     ``domain``: each column's public domain, as a DOMAIN.json holds it: a number of codes (values 0 .. n-1), a list
     of labels, or a numeric grid {"lower": L, "upper": U, "bins": B} (or {"bins": "private", "count": B, "share":
-    s}: edges at private quantiles, with s of epsilon). ``method``: "aim" ((epsilon, delta)-DP via zCDP, the
-    default), "mwem" or "blr" (pure epsilon-DP). ``columns``: a subset of the domain's (default all); ``degree``:
-    the workload's k-way marginals (aim, mwem); ``rows``: the synthetic rows (required for blr), or else the noisy
-    size capped at ``max_synthetic_rows``; ``rounds``: mwem's rounds, aim's first rounds' share. Sensitivity,
-    derived: a unit's K rows add at most K to the cells of each marginal. ``domain_name`` names the domain in
-    messages (its file). ``PrivateRelease.run(progress=...)`` is told how far AIM's or MWEM's rounds are.
+    s}: edges at private quantiles, with s of epsilon). ``method``: "auto" (the default: AIM, or independent 1-way
+    marginals where a private count of the rows says the data are too small for AIM; (epsilon, delta)-DP), "aim"
+    ((epsilon, delta)-DP via zCDP), "mwem" or "blr" (pure epsilon-DP). ``columns``: a subset of the domain's
+    (default all); ``degree``: the workload's k-way marginals (auto, aim, mwem); ``rows``: the synthetic rows
+    (required for blr), or else the noisy size capped at ``max_synthetic_rows``; ``rounds``: mwem's rounds, aim's
+    first rounds' share. Sensitivity, derived: a unit's K rows add at most K to the cells of each marginal.
+    ``domain_name`` names the domain in messages (its file). ``PrivateRelease.run(progress=...)`` is told how far
+    AIM's or MWEM's rounds are.
     """
 
     domain: Mapping
-    method: str = "aim"
+    method: str = "auto"
     columns: Sequence[str] | None = None
     degree: int | None = None
     rows: int | None = None
@@ -97,9 +98,9 @@ class Synthesis:
     def prepare(self, unit: PrivacyUnit, budget: Budget, seed: int | None, source: Files | Rows) -> PreparedSynthesis:
         """The generator and the edges' quantiles, built and rehearsed (memory included), a numeric column's grid
         typed by the input's schema (no row read), and the run's one charge for them all."""
-        if self.method == "aim" and not budget.delta:
-            raise ValueError("method aim is (epsilon, delta)-DP: the budget needs a delta > 0")
-        if self.method != "aim" and budget.delta:
+        if self.method in APPROXIMATE and not budget.delta:
+            raise ValueError(f"method {self.method} is (epsilon, delta)-DP: the budget needs a delta > 0")
+        if self.method not in APPROXIMATE and budget.delta:
             raise ValueError(f"method {self.method} is pure epsilon-DP: the budget's delta would not be spent; "
                              "leave it 0")  # fmt: skip
         if unit.max_keys is not None:
@@ -145,8 +146,8 @@ class PreparedSynthesis:
                 for c, p in self.private.items()}  # fmt: skip
 
     def synthesis(self, grids: dict[str, NumericGrid], progress: Relay | None = None) -> PrivateSynthesis:
-        """The generator's final step on ``grids``: AIM beside the edges' releases by the better route, MWEM and
-        BLR with what the edges leave of epsilon; ``progress`` told its rounds and row fitting."""
+        """The generator's final step on ``grids``: AIM beside the edges' releases by the better route, auto, MWEM
+        and BLR with what the edges leave of epsilon; ``progress`` told its rounds and row fitting."""
         query, epsilon, elsewhere = self.query, self.budget.epsilon, []
         if self.edges and query.method == "aim":
             elsewhere = [e.cost for e in self.edges.values()]
@@ -165,7 +166,8 @@ class PreparedSynthesis:
     @property
     def plan(self) -> dict:
         query, step = self.query, self.step
-        plan = {"method": query.method, "epsilon": self.budget.epsilon, "delta": self.delta,
+        plan = {"method": query.method, "guarantee": _guarantee(step), "epsilon": self.budget.epsilon,
+                "delta": self.delta,
                 "columns": list(self.described),
                 "workload": f"{len(step.family.marginals)} marginals, {step.family.num_candidates:,} cells",
                 "synthetic rows": f"{query.rows:,}" if query.rows else
@@ -253,6 +255,11 @@ def released_quantiles(reading: Reading, output: str, spec: ColumnSpec, quantile
 
 
 def _guarantee(step: PrivateSynthesis) -> str:
+    if step.chooser is not None:
+        return (
+            "(epsilon, delta)-DP, charged as such (in a ledger its epsilon adds up; method aim's rho composes "
+            "with other zCDP releases): a private count of the rows picks AIM (zCDP) or independent 1-ways (pure)"
+        )
     if step.share is None:
         return "pure epsilon-DP"
     if step.share.route == "basic":

@@ -26,6 +26,7 @@ class SynthesisResult:
     measured: list[tuple[str, ...]]  # the marginals measured, in order (a private output)
     releases: list[Release]  # what was spent, for the budget
     rows: int  # the noisy size estimate (a private output)
+    generator: str = ""  # which generator made it, where a release chose (a private output)
 
 
 MAX_MEMORY = 4 * 2**30

@@ -169,7 +169,7 @@ def aim(
     check_workload(marginals, domain)
     rounds = rounds or ROUNDS_PER_COLUMN * len(domain)
     weights = _closure_weights(list(marginals), {c: i for i, c in enumerate(domain)})
-    run = _AimRun(domain, max_rows, random_source(rng), weights, {r: _marginal_from(marginals, r) for r in weights})
+    run = _AimRun(domain, max_rows, random_source(rng), weights, {r: marginal_from(marginals, r) for r in weights})
     for share in [one_way_share] if one_way_share is not None else one_way_shares(run, rho):
         run.measure_one_ways(share * rho)
     if rare is not None:
@@ -341,7 +341,7 @@ def _closure_weights(workload: list[tuple[str, ...]], order: dict[str, int]) -> 
     return {r: sum(len(set(r) & set(s)) for s in workload) for r in sorted(closure, key=lambda r: (len(r), r))}
 
 
-def _marginal_from(marginals: dict[tuple[str, ...], np.ndarray], columns: tuple[str, ...]) -> np.ndarray:
+def marginal_from(marginals: dict[tuple[str, ...], np.ndarray], columns: tuple[str, ...]) -> np.ndarray:
     """The true counts on ``columns``, summed out of any workload marginal holding them."""
     holder = next(s for s in marginals if set(columns) <= set(s))
     counts = marginals[holder].sum(axis=tuple(i for i, c in enumerate(holder) if c not in columns))

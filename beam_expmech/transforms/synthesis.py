@@ -5,8 +5,9 @@ emits) -> col: one (columns, details): the synthetic columns as integer codes (n
 with a public ``NumericGrid``), and the generator's public details (rows drawn, marginals measured),
 both mechanism outputs.
 
-The generator touches the counts only through mechanisms: AIM (rho-zCDP, rho the most that fits
-(epsilon, delta)), MWEM or BLR (pure epsilon-DP); the rows are sampled from its model and moved
+The generator touches the counts only through mechanisms: by default AIM or independent 1-way marginals, as a
+private count of the rows chooses ((epsilon, delta)-DP, ``synth.choice``), or AIM (rho-zCDP, rho the most that
+fits (epsilon, delta)), MWEM or BLR (pure epsilon-DP); the rows are sampled from its model and moved
 towards its answers on the workload (``row_fitting``), and the number of a numeric column drawn
 uniformly inside each drawn bin (``numbers_in_bins``): post-processing, with the run's randomness
 (the OS CSPRNG but in tests). Every check the generator makes of its public parameters (the size
@@ -27,11 +28,12 @@ from beam_expmech.grids import NumericGrid
 from beam_expmech.io import writers
 from beam_expmech.mechanisms.randomness import RandomSource, random_source
 from beam_expmech.predicates import MarginalWorkload
-from beam_expmech.synth import MAX_MEMORY, Progress, aim, blr, mwem, row_fitting
+from beam_expmech.synth import MAX_MEMORY, Progress, aim, blr, choice, mwem, row_fitting
 from beam_expmech.synth.row_fitting import synthetic_rows
 from beam_expmech.transforms import lineage
 
-METHODS = ("aim", "mwem", "blr")
+METHODS = ("auto", "aim", "mwem", "blr")
+APPROXIMATE = ("auto", "aim")  # (epsilon, delta)-DP: they need a delta; mwem and blr are pure
 MAX_WORKLOAD_CELLS = 50_000_000  # the summed counts of every marginal, held by one worker
 DEFAULT_MAX_SYNTHETIC_ROWS = 10_000_000
 """Without ``rows``, the most rows drawn (the noisy size is capped at it), or fewer where those would not fit
@@ -70,7 +72,8 @@ class PrivateSynthesis(beam.PTransform):
     Privacy: ``aim`` is rho-zCDP with rho the most that leaves the run (``epsilon``, ``delta``)-DP
     beside ``elsewhere``, the run's other releases (such as private bin edges): by the better of zCDP
     and basic composition (``accounting.zcdp_beside``: ``share`` says which, ``cost`` is what that
-    route charges); ``mwem`` and ``blr`` are pure ``epsilon``-DP
+    route charges); ``auto`` (the default) is (``epsilon``, ``delta``)-DP: AIM or independent 1-way
+    marginals, as a private count of the rows chooses (``synth.choice``); ``mwem`` and ``blr`` are pure ``epsilon``-DP
     (``cost``), when each privacy unit has at most ``max_rows`` = K rows: every cell of the
     workload (``family``, which the data pass must count) then moves by at most K. ``degree``:
     the k of the k-way marginals (aim, mwem; default 3, or every column if fewer); blr counts the
@@ -88,7 +91,7 @@ class PrivateSynthesis(beam.PTransform):
     def __init__(
         self,
         *,
-        method: str = "aim",
+        method: str = "auto",
         domain: dict[str, int],
         epsilon: float,
         delta: float = 0.0,
@@ -115,16 +118,19 @@ class PrivateSynthesis(beam.PTransform):
             if self.domain.get(column) != grid.bins:
                 raise ValueError(f"column {column!r} has a grid of {grid.bins} bins, so its domain size must be that")
         self.epsilon = parameters.positive_finite(epsilon, "epsilon")
-        self.delta = parameters.probability(delta, "delta") if method == "aim" else 0.0
+        self.delta = parameters.probability(delta, "delta") if method in APPROXIMATE else 0.0
         self.max_rows = parameters.count(max_rows, "max_rows")
         self.rows = None if rows is None else parameters.count(rows, "rows")
         self.rounds = None if rounds is None else parameters.count(rounds, "rounds")
         self.seed, self.progress = parameters.test_seed(seed), progress
         if elsewhere and method != "aim":
-            raise ValueError("elsewhere is for aim (mwem and blr take what is left of epsilon)")
+            raise ValueError("elsewhere is for aim (auto, mwem and blr take what is left of epsilon)")
         self.share: ZcdpShare | None = None
+        self.chooser: Release | None = None  # auto's (epsilon, delta)-DP charge
         if method == "aim":
             self.share = zcdp_beside(self.epsilon, self.delta, list(elsewhere), "synthetic data by aim")
+        elif method == "auto":
+            self.chooser = Release.approximate(self.epsilon, self.delta, "synthetic data by auto")
         if max_synthetic_rows is not None and self.rows is not None:
             raise ValueError("max_synthetic_rows caps the noisy size, drawn only without rows")
         columns = list(self.domain)
@@ -145,7 +151,7 @@ class PrivateSynthesis(beam.PTransform):
                 raise ValueError(
                     f"the {degree}-way marginals have {self.family.num_candidates:,} cells: too many to hold"
                 )
-            check = aim.check_parameters if method == "aim" else mwem.check_parameters
+            check = mwem.check_parameters if method == "mwem" else aim.check_parameters  # auto: AIM the larger
             if method == "mwem":
                 self.rounds = self.rounds or mwem.DEFAULT_ROUNDS
             generator = check(self.domain, self.family.marginals, rounds=self.rounds, max_rows=self.max_rows)
@@ -187,10 +193,12 @@ class PrivateSynthesis(beam.PTransform):
     @property
     def cost(self) -> Release:
         """What the release costs: for aim, rho-zCDP, or the (epsilon less the others', delta)-DP release that its
-        rho implies where basic composition leaves it more (``share``; charged to a budget with delta > 0); pure
-        epsilon otherwise."""
+        rho implies where basic composition leaves it more (``share``; charged to a budget with delta > 0); for
+        auto, the (epsilon less the others', delta)-DP release (``chooser``); pure epsilon otherwise."""
         if self.share is not None:
             return self.share.release
+        if self.chooser is not None:
+            return self.chooser
         return Release.pure(self.epsilon, f"synthetic data by {self.method}")
 
     def synthesize(self, counts: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
@@ -213,6 +221,11 @@ class PrivateSynthesis(beam.PTransform):
             result = aim.aim(workload, self.domain, rho=self.rho, rounds=self.rounds, max_rows=self.max_rows,
                              ordered=self.grids.keys(), rng=self.seed, progress=self.progress)  # fmt: skip
             details = {}
+        elif self.method == "auto":
+            result = choice.aim_or_independent(workload, self.domain, epsilon=self.chooser.epsilon, delta=self.delta,
+                                               max_rows=self.max_rows, rounds=self.rounds, ordered=self.grids.keys(),
+                                               rng=self.seed, progress=self.progress)  # fmt: skip
+            details = {"generator": result.generator}  # chosen by a released count: post-processing
         else:
             result = mwem.mwem(workload, self.domain, epsilon=self.epsilon, rounds=self.rounds, max_rows=self.max_rows,
                                rng=self.seed, progress=self.progress)  # fmt: skip

@@ -32,6 +32,7 @@ RUNS = {
                   "7,3,,1,0,1"),
     "learn": (["--features", "f0,f1", "--label", "y"], "7,3,0.5,,0,1"),
     "synthesize": (["--domain", "{domain}", "--method", "aim", "--rows", "30"], "7,3,0.5,1,0,"),
+    "synthesize auto": (["--domain", "{domain}", "--rows", "30"], "7,3,0.5,1,0,"),  # its line names its path
 }  # fmt: skip
 
 

@@ -152,7 +152,7 @@ def test_aim_selection_on_neighbouring_data(audit):
             neighbour = marginals(with_one_more_unit(batch, domain, max_rows, rng), domain, 3)
             scored = []
             for counts in (workload, neighbour):
-                truth = {r: aim_module._marginal_from(counts, r) for r in candidates}
+                truth = {r: aim_module.marginal_from(counts, r) for r in candidates}
                 scored.append(aim_module.scores(candidates, weights, truth, model, sigma=5.0, max_rows=max_rows))
             (before, sensitivity), (after, _) = scored
             record_selection(audit, "AIM selection", before, after, sensitivity, loss, epsilon)
@@ -171,14 +171,14 @@ def test_aim_selection_on_merged_codes_on_neighbouring_data(audit):
     candidates, loss, epsilon = list(weights), PrivacyLoss(), 0.5
     for max_rows, ordered in ((1, frozenset()), (4, frozenset(domain))):
         run = aim_module._AimRun(domain, max_rows, random_source(98), dict(weights),
-                                 {r: aim_module._marginal_from(workload, r) for r in candidates})  # fmt: skip
+                                 {r: aim_module.marginal_from(workload, r) for r in candidates})  # fmt: skip
         run.measure_one_ways(0.002)
         run.compress(aim_module.RARE, ordered, aim_module.SMOOTHING)
         run.fit_first_model(iterations=100, tolerance=1.0)
         assert run.compression is not None and run.domain != domain  # codes were merged
         for _ in range(5):
             neighbour = marginals(with_one_more_unit(batch, domain, max_rows, rng), domain, 3)
-            truth = {r: run.compression.counts(aim_module._marginal_from(neighbour, r), r) for r in candidates}
+            truth = {r: run.compression.counts(aim_module.marginal_from(neighbour, r), r) for r in candidates}
             before = aim_module.scores(candidates, weights, run.truth, run.model, sigma=5.0, max_rows=max_rows)
             after = aim_module.scores(candidates, weights, truth, run.model, sigma=5.0, max_rows=max_rows)
             record_selection(audit, "AIM selection, merged codes", before[0], after[0], before[1], loss, epsilon)
@@ -197,7 +197,7 @@ def test_aim_merged_codes_and_their_spread_are_the_same_on_neighbouring_data(aud
     for max_rows, ordered in ((1, frozenset()), (4, frozenset(domain))):
         neighbour = marginals(with_one_more_unit(batch, domain, max_rows, rng), domain, 3)
         runs = [aim_module._AimRun(domain, max_rows, random_source(100), {r: 1 for r in candidates},
-                                   {r: aim_module._marginal_from(counts, r) for r in candidates})
+                                   {r: aim_module.marginal_from(counts, r) for r in candidates})
                 for counts in (workload, neighbour)]  # fmt: skip
         runs[0].measure_one_ways(0.002)
         runs[1].measurements = list(runs[0].measurements)  # the same release
@@ -248,7 +248,7 @@ def test_aim_selection_sampler(audit):
     workload = marginals(batch, domain, 2)
     weights = aim_module._closure_weights(list(workload), {c: i for i, c in enumerate(domain)})
     candidates = list(weights)
-    truth = {r: aim_module._marginal_from(workload, r) for r in candidates}
+    truth = {r: aim_module.marginal_from(workload, r) for r in candidates}
     values, sensitivity = aim_module.scores(candidates, weights, truth, model, sigma=5.0, max_rows=2)
     epsilon = spread_epsilon(values, sensitivity)
     pmf = selection_probabilities(np.array(values, dtype=object), epsilon=epsilon, sensitivity=sensitivity)

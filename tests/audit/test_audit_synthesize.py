@@ -1,4 +1,5 @@
-"""Audit of ``pipelines.synthesize`` as it ships (AIM, the default, with public and private grids; MWEM; BLR):
+"""Audit of ``pipelines.synthesize`` as it ships (auto, the default, on both of its paths; AIM with public and private
+grids; MWEM; BLR):
 everything but its mechanisms' draws is post-processing.
 
 The command line runs for real, from input files through validation, bounding, Beam's counting pass and the
@@ -21,6 +22,7 @@ import pytest
 
 from beam_expmech.synth import aim as aim_module
 from beam_expmech.synth import blr as blr_module
+from beam_expmech.synth import choice as choice_module
 from beam_expmech.synth import mwem as mwem_module
 from beam_expmech.transforms import quantiles as quantiles_module
 from pipelines import synthesize
@@ -69,6 +71,7 @@ class Coupling:
         self.compressions: list = []  # AIM's merged codes, D's then D''s
         for module, name, kind in (
             (aim_module.discrete_gaussian, "discrete_gaussian_mechanism", "counts"),
+            (choice_module, "discrete_laplace_mechanism", "counts"),  # auto's count, and its 1-ways
             (aim_module, "exponential_mechanism", "scores"),
             (mwem_module, "discrete_laplace_mechanism", "counts"),
             (mwem_module, "exponential_mechanism", "scores"),
@@ -87,6 +90,8 @@ class Coupling:
     def coupled(self, mechanism, kind: str):
         def draw(data, *args, rng, **parameters):
             public = [kind, [np.asarray(a).tolist() for a in args], parameters]
+            # the noise each count mechanism is told: its sensitivity, K (a unit's rows), never less
+            assert kind != "counts" or parameters.get("sensitivity", MAX_ROWS) >= MAX_ROWS, parameters
             exact = np.array(data, dtype=object)  # AIM's scores are Python integers
             if not self.replaying:
                 drawn = mechanism(data, *args, **parameters, rng=rng)
@@ -114,10 +119,17 @@ CONFIGURATIONS = {
     # AIM merges on D)
     "aim, public grids, two workers": (
         DOMAIN["age"],
-        ["--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+        ["--method", "aim", "--direct_running_mode=multi_threading", "--direct_num_workers=2"],
         ("age", "hours", "sector"),
     ),
-    "aim, private age edges": (PRIVATE_AGE, [], ("hours", "sector")),  # age's top bin holds an eighth of the rows
+    "aim, private age edges": (PRIVATE_AGE, ["--method", "aim"], ("hours", "sector")),  # age's top bin: an eighth
+    # auto's count picks its path: about 720 rows are z = 53 at epsilon 1 (the 1-ways), 189 at 4 (AIM)
+    "auto: independent 1-ways, public grids, two workers": (
+        DOMAIN["age"],
+        ["--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+        (),
+    ),
+    "auto: aim, private age edges": (PRIVATE_AGE, ["--epsilon", "5"], ()),
     "mwem, private age edges": (PRIVATE_AGE, ["--method", "mwem", "--rounds", "6", "--epsilon", "30"], ()),
     "blr": (DOMAIN["age"], ["--method", "blr", "--rows", "2", "--columns", "sector,flag"], ()),
 }
@@ -130,7 +142,7 @@ def test_synthesize_as_shipped_is_post_processing_of_its_draws(audit, tmp_path, 
     defaults = {"--domain": str(tmp_path / "domain.json"), "--epsilon": "1", "--delta": "1e-6", "--seed": "7",
                 "--privacy-unit": "user", "--max-rows-per-unit": str(MAX_ROWS)}  # fmt: skip
     overridden = [flag for flag in defaults if flag in more]
-    if "--method" in more and more[more.index("--method") + 1] != "aim":
+    if "--method" in more and more[more.index("--method") + 1] not in ("auto", "aim"):
         overridden.append("--delta")  # mwem and blr are pure epsilon-DP: they take no --delta
     flags = [x for kv in defaults.items() if kv[0] not in overridden for x in kv] + list(more)  # a flag once
     coupling = Coupling(monkeypatch)
@@ -143,7 +155,10 @@ def test_synthesize_as_shipped_is_post_processing_of_its_draws(audit, tmp_path, 
     assert coupling.draws and coupling.position == len(coupling.draws)  # D' drew as often as D
     subject = f"pipelines.synthesize K={MAX_ROWS}, {configuration}"
     kinds = [public[0] for public, _, _ in coupling.draws]
-    assert set(kinds) == ({"scores"} if "blr" in more else {"counts", "scores"})  # BLR measures nothing
+    expected = {"scores"} if "blr" in more else {"counts"} if "independent" in configuration else {"counts", "scores"}
+    assert set(kinds) == expected  # BLR measures nothing; the 1-ways select nothing
+    if configuration.startswith("auto"):  # the path the name says: the run is not vacuous
+        assert manifest["generator"] == configuration.split(": ")[1].split()[0].strip(",")
     for kind, check in (("counts", "counts' L1 move / K, each draw"), ("scores", "scores' move / sensitivity")):
         if kind in kinds:
             audit.check(subject, check, cases=kinds.count(kind), worst=coupling.worst[kind], bound=1.0)

@@ -56,20 +56,42 @@ def test_mwem_writes_a_parquet_table_and_a_manifest(tmp_path, capsys):
     assert average < 0.15  # independent noisy 1-way marginals score about 0.5 here
 
 
-def test_aim_is_the_default_and_states_its_zcdp_guarantee(tmp_path, capsys):
+def test_auto_is_the_default_runs_aim_on_nltcs_and_states_its_guarantee(tmp_path, capsys):
     out = tmp_path / "synthetic.csv"
     args = ["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(8),
             "--epsilon", "1", "--delta", "1e-8", "--seed", "8", "--output", str(out)]  # fmt: skip
     assert synthesize.main(args) == 0
+    assert "columns by aim, epsilon=1, delta=1e-08" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "synthetic.manifest.json").read_text())
-    assert manifest["method"] == "aim" and manifest["delta"] == 1e-8 and "zCDP" in manifest["guarantee"]
-    assert zcdp_to_epsilon(manifest["rho"], delta=1e-8) <= 1.0
+    assert (manifest["method"], manifest["generator"], manifest["epsilon"], manifest["delta"]) == (
+        "auto",
+        "aim",
+        1,
+        1e-8,
+    )
+    assert "(epsilon, delta)-DP" in manifest["guarantee"]
     assert [tuple(m) for m in manifest["measured"][:8]] == [(c,) for c in columns(8).split(",")]
     assert pacsv.read_csv(out).num_rows == manifest["rows"]
-    capsys.readouterr()
     evaluate_synthetic.main([str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(out), "--columns", columns(8)])
     average = float(capsys.readouterr().out.split("average L1 error ")[1].split(",")[0])
     assert average < 0.06  # sampled rows; the model itself is closer
+
+
+def test_auto_gives_small_data_independent_one_ways_and_aim_its_zcdp_guarantee(tmp_path, capsys):
+    """300 rows at epsilon 0.3: too few for AIM's rounds (z about 5), so auto measures the 1-ways alone, pure
+    epsilon-DP inside its (epsilon, delta) charge; --method aim on the same rows is rho-zCDP."""
+    pacsv.write_csv(pacsv.read_csv(NLTCS / "nltcs.csv").slice(0, 300), tmp_path / "small.csv")
+    common = ["--input", str(tmp_path / "small.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(6),
+              "--epsilon", "0.3", "--seed", "9"]  # fmt: skip
+    assert synthesize.main([*common, "--output", str(tmp_path / "auto.csv")]) == 0
+    assert "columns by independent, epsilon=0.3, delta=1e-09" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "auto.manifest.json").read_text())
+    assert (manifest["generator"], manifest["rho"]) == ("independent", None)
+    assert [tuple(m) for m in manifest["measured"]] == [(c,) for c in columns(6).split(",")]
+    assert synthesize.main([*common, "--method", "aim", "--output", str(tmp_path / "aim.csv")]) == 0
+    manifest = json.loads((tmp_path / "aim.manifest.json").read_text())
+    assert manifest["method"] == "aim" and "zCDP" in manifest["guarantee"] and "generator" not in manifest
+    assert zcdp_to_epsilon(manifest["rho"], delta=1e-9) <= 0.3
 
 
 def test_blr_on_three_columns(tmp_path):
@@ -106,7 +128,7 @@ def test_values_outside_the_domain_go_to_the_dead_letter(tmp_path):
         ({"--method": "blr", "--rows": "12"}, "candidate datasets, over the limit"),
         ({"--method": "blr"}, "rows is required with method blr"),
         ({"--epsilon": "0"}, "epsilon"),
-        ({"--delta": "0"}, "method aim is (epsilon, delta)-DP: the budget needs a delta > 0"),
+        ({"--delta": "0"}, "method auto is (epsilon, delta)-DP: the budget needs a delta > 0"),
         ({"--delta": "1.5"}, "delta must be a number strictly between 0 and 1, got 1.5"),
         ({"--method": "gan"}, "invalid choice"),
         ({"--workload-degree": "20"}, "degree = 20 exceeds the number of columns (16)"),
@@ -161,7 +183,7 @@ def test_rows_the_run_cannot_hold_are_refused_before_the_charge_even_in_a_dry_ru
     ledger.init("d", epsilon=5.0, delta=1e-6)
     args = {"--input": str(NLTCS / "nltcs.csv"), "--domain": str(NLTCS / "domain.json"), "--columns": columns(4),
             "--epsilon": "1", "--rows": "1000000000", "--output": str(tmp_path / "s.csv")}  # fmt: skip
-    refused = "aim: 1,000,000,000 synthetic rows of 4 columns would hold about"
+    refused = "auto: 1,000,000,000 synthetic rows of 4 columns would hold about"
     with pytest.raises(ValueError, match=refused):
         synthesize.main([x for kv in args.items() for x in kv] + ["--dry-run"])
     assert_usage_error("pipelines.synthesize", args | {"--budget-ledger": ledger.path, "--dataset-id": "d"}, refused)
@@ -513,7 +535,7 @@ def test_aim_beside_private_edges_takes_the_larger_rho_and_the_ledger_records_wh
     ledger = Ledger(str(tmp_path / "ledger.json"))
     ledger.init("d", epsilon=1.0, delta=1e-9)
     args = ["--input", str(tmp_path / "d.parquet"), "--domain", str(tmp_path / "domain.json"), "--epsilon", "1",
-            "--delta", "1e-9", "--rounds", "2", "--seed", "6", "--output", str(tmp_path / "s.csv"),
+            "--delta", "1e-9", "--method", "aim", "--rounds", "2", "--seed", "6", "--output", str(tmp_path / "s.csv"),
             "--budget-ledger", ledger.path, "--dataset-id", "d"]  # fmt: skip
     assert synthesize.main(args) == 0
 

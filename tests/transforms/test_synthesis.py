@@ -96,7 +96,10 @@ def test_aim_beside_other_releases_takes_the_route_that_leaves_it_more_and_costs
     with pytest.raises(ValueError, match="elsewhere is for aim"):
         PrivateSynthesis(method="mwem", domain=DOMAIN, epsilon=1.0, elsewhere=edges)
     with pytest.raises(ValueError, match="nothing is left for synthetic data by aim"):
-        PrivateSynthesis(domain=DOMAIN, epsilon=1.0, delta=1e-9, elsewhere=[Release.exponential_mechanism(1.0, "e")])
+        PrivateSynthesis(method="aim", domain=DOMAIN, epsilon=1.0, delta=1e-9,
+                         elsewhere=[Release.exponential_mechanism(1.0, "e")])  # fmt: skip
+    with pytest.raises(ValueError, match="elsewhere is for aim"):  # auto takes what is left of epsilon
+        PrivateSynthesis(domain=DOMAIN, epsilon=1.0, delta=1e-9, elsewhere=edges)
 
 
 def test_rows_the_run_cannot_hold_are_refused_when_it_is_built_and_the_rows_it_can_are_counted():
@@ -136,7 +139,7 @@ def test_the_family_is_what_the_data_pass_must_count():
 @pytest.mark.parametrize(
     "change,message",
     [
-        ({"method": "gan"}, "method must be one of aim, mwem, blr"),
+        ({"method": "gan"}, "method must be one of auto, aim, mwem, blr"),
         ({"domain": {}}, "the domain has no column"),
         ({"epsilon": 0}, "epsilon must be finite and > 0"),
         ({"delta": 0}, "delta must be a number strictly between 0 and 1"),

@@ -1,0 +1,131 @@
+"""AIM, or independent 1-way marginals where a private count says the data are too small for AIM.
+
+On small data (few rows per unit of noise) AIM's rounds add more noise than structure, and zCDP, converted
+at a small delta, makes AIM's Gaussian 1-ways noisier than Laplace's at the same epsilon (with fewer than
+epsilon^2 / (4 rho) columns: 21 at delta 1e-9). There the simplest private generator wins: each column's
+1-way marginal with Laplace noise, the columns independent (docs/benchmarks.md, "Issue 38: never worse than
+independent 1-way marginals").
+
+So the rows are counted first (discrete Laplace, sensitivity K) with the epsilon whose zCDP cost,
+epsilon_c^2 / 2, is ``COUNT_SHARE`` of rho(epsilon, delta); from that noisy count n and AIM's rho (the rest),
+z = n sqrt(2 rho) / K: rows per unit of the noise of a measurement that would spend all of rho (what
+``aim.SMALL_DATA`` reads too). z's own noise is then Laplace of scale sqrt(2 rho) / epsilon_c: about 14 rows
+per unit of noise (more where delta is near 1/2, and the count's epsilon capped). Under ``SMALL_Z``, the 1-ways
+are measured with the rest of epsilon (``independent_one_ways``; under ``SMOOTH_Z``, where their noise swamps
+the counts, smoothed towards uniform); otherwise AIM runs with the rest of rho. Both thresholds were chosen on
+the tuning half of the benchmark's tables (benchmarks/bench_synth.py), never the other half, as issue 16's
+defaults were.
+
+Privacy: (epsilon, delta)-DP, with at most K rows per unit. The independent path is pure epsilon-DP (the
+count's epsilon and the 1-ways' add up); the AIM path is rho(epsilon, delta)-zCDP (the count's epsilon^2 / 2
+and AIM's rho add up), hence (epsilon, delta)-DP. The path is a function of the released count alone: let
+M_ind and M_aim run the count and then one path whatever the count, and S_ind, S_aim be the outputs in a set S
+whose count picks that path. Then P[M(D) in S] = P[M_ind(D) in S_ind] + P[M_aim(D) in S_aim], each at most
+e^epsilon times its value on a neighbour D' (plus delta, once: M_ind has none), so M is (epsilon, delta)-DP.
+It is not rho-zCDP (the pure path is only epsilon^2 / 2-zCDP): it is charged as an (epsilon, delta)-DP
+release.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from beam_expmech import parameters
+from beam_expmech.accounting import Release, epsilon_to_zcdp
+from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
+from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
+from beam_expmech.synth import Progress, SynthesisResult, aim, check_workload
+from beam_expmech.synth.mwem import FactoredModel
+
+COUNT_SHARE = 0.005  # of rho(epsilon, delta), on the count that chooses (epsilon_c about 1% of epsilon at 1e-9)
+COUNT_EPSILON = 0.02  # of epsilon, at most, on that count
+SMALL_Z = 96  # the tuning half's 1-ways won at z 76 and under, AIM at 120 and over: about their geometric mean
+SMOOTH_Z = 40  # under it, the 1-ways' noisy counts are smoothed towards uniform, the more the smaller z
+
+
+def aim_or_independent(
+    marginals: dict[tuple[str, ...], np.ndarray],
+    domain: dict[str, int],
+    *,
+    epsilon: float,
+    delta: float,
+    max_rows: int = 1,
+    rng: RandomLike = None,
+    progress: Progress | None = None,
+    **aim_options,
+) -> SynthesisResult:
+    """The generator the data's noisy size calls for (module docstring): AIM, or ``independent_one_ways``.
+
+    ``marginals`` are the workload's true counts ({columns: counts shaped by their domains}); ``aim_options``
+    go to ``aim.aim`` (rounds, ordered, ...). The result's ``generator`` says which ran (a function of the
+    released count). Privacy: (``epsilon``, ``delta``)-DP, at most ``max_rows`` rows per unit.
+    """
+    epsilon = parameters.positive_finite(epsilon, "epsilon")
+    max_rows = parameters.count(max_rows, "max_rows")
+    check_workload(marginals, domain)
+    count_epsilon, rho = count_and_rho(epsilon, delta)
+    source = random_source(rng)
+    rows = int(next(iter(marginals.values())).sum())
+    count = discrete_laplace_mechanism(np.array([rows]), epsilon=count_epsilon, sensitivity=max_rows, rng=source)
+    released = Release.pure(count_epsilon, "rows counted, to choose the generator")
+    noisy = float(count[0])
+    z = max(noisy, 0.0) * math.sqrt(2 * rho) / max_rows
+    if z < SMALL_Z:
+        result = independent_one_ways(
+            marginals, domain, epsilon=epsilon - count_epsilon, max_rows=max_rows, count=(noisy, count_epsilon),
+            smoothing=max(0.0, 1 - z / SMOOTH_Z), source=source,
+        )  # fmt: skip
+    else:
+        result = aim.aim(marginals, domain, rho=rho, max_rows=max_rows, rng=source, progress=progress, **aim_options)
+        result.generator = "aim"
+    result.releases.insert(0, released)
+    return result
+
+
+def count_and_rho(epsilon: float, delta: float) -> tuple[float, float]:
+    """The count's epsilon, whose zCDP cost epsilon_c^2 / 2 is ``COUNT_SHARE`` of rho(epsilon, delta) but at most
+    ``COUNT_EPSILON`` of epsilon (a delta near 1/2 makes rho large beside epsilon^2), and the rest of that rho,
+    AIM's (public parameters): each path keeps most of its budget."""
+    rho = epsilon_to_zcdp(epsilon, delta=delta)
+    count_epsilon = min(math.sqrt(2 * COUNT_SHARE * rho), COUNT_EPSILON * epsilon)
+    return count_epsilon, rho - count_epsilon**2 / 2
+
+
+def independent_one_ways(
+    marginals: dict[tuple[str, ...], np.ndarray],
+    domain: dict[str, int],
+    *,
+    epsilon: float,
+    max_rows: int,
+    count: tuple[float, float],
+    smoothing: float = 0.0,
+    source: RandomSource,
+) -> SynthesisResult:
+    """Each column's 1-way marginal with discrete Laplace noise, the columns independent: pure ``epsilon``-DP.
+
+    Column c gets epsilon in proportion to sqrt(size_c): Laplace leaves an expected L1 error of size_c K /
+    epsilon_c in it, whose sum that split makes least. Its counts are clipped at 0, ``smoothing`` times the noise's
+    scale K / epsilon_c added to each (where noise swamps the counts, towards uniform), and normalised. The size is
+    the inverse-variance weighted mean of ``count`` ((noisy count, its epsilon), released before) and the
+    columns' noisy sums (post-processing).
+    """
+    weights = {c: math.sqrt(size) for c, size in domain.items()}
+    total = math.fsum(weights.values())
+    noisy_count, count_epsilon = count
+    sums, variances = [noisy_count], [2 * (max_rows / count_epsilon) ** 2]
+    components, releases = [], []
+    for column, size in domain.items():
+        share = epsilon * weights[column] / total
+        noisy = discrete_laplace_mechanism(
+            aim.marginal_from(marginals, (column,)), epsilon=share, sensitivity=max_rows, rng=source
+        )
+        releases.append(Release.pure(share, f"1-way marginal of {column}"))
+        sums.append(float(noisy.sum()))
+        variances.append(size * 2 * (max_rows / share) ** 2)
+        clipped = np.maximum(noisy, 0).astype(np.float64) + smoothing * max_rows / share
+        components.append(((column,), clipped / clipped.sum() if clipped.sum() > 0 else np.full(size, 1 / size)))
+    rows = np.average(sums, weights=1 / np.array(variances))
+    model = FactoredModel(dict(domain), components)
+    return SynthesisResult(model, [(c,) for c in domain], releases, max(1, round(rows)), generator="independent")

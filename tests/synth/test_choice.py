@@ -1,0 +1,145 @@
+"""synth.choice: AIM or independent 1-ways, as a released count of the rows says; its cost and its shares."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
+from beam_expmech.synth import choice
+
+DOMAIN = {"a": 4, "b": 9, "c": 2}
+
+
+def workload(rows: int, seed: int = 0) -> dict[tuple[str, ...], np.ndarray]:
+    """The 3-way marginal of ``rows`` rows where b follows a and c follows b (test-only randomness)."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 4, rows)
+    b = np.clip(2 * a + rng.integers(0, 2, rows), 0, 8)
+    c = (b > 4).astype(int)
+    counts = np.zeros(tuple(DOMAIN.values()), np.int64)
+    np.add.at(counts, (a, b, c), 1)
+    return {("a", "b", "c"): counts}
+
+
+def rows_for_z(z: float, epsilon: float, delta: float) -> int:
+    """The rows at which z = rows sqrt(2 rho) / K is ``z`` (K = 1), rho what auto leaves AIM."""
+    return round(z / math.sqrt(2 * choice.count_and_rho(epsilon, delta)[1]))
+
+
+@pytest.mark.parametrize("epsilon", [0.3, 1.0, 3.0])
+def test_small_data_get_independent_one_ways_and_large_data_aim_each_spending_exactly_the_budget(epsilon):
+    for z, generator in ((choice.SMALL_Z / 3, "independent"), (choice.SMALL_Z * 3, "aim")):
+        rows = rows_for_z(z, epsilon, 1e-9)
+        result = choice.aim_or_independent(workload(rows), DOMAIN, epsilon=epsilon, delta=1e-9, rng=3)
+        assert result.generator == generator, (z, rows)
+        budget = PrivacyBudget(epsilon=epsilon, delta=1e-9)
+        for release in result.releases:
+            budget.charge(release)
+        assert budget.spent() == pytest.approx(epsilon, rel=1e-9)  # all of it, never more
+        assert result.releases[0].epsilon == choice.count_and_rho(epsilon, 1e-9)[0]
+        assert abs(result.rows - rows) < 0.2 * rows  # the noisy size
+        if generator == "independent":
+            assert result.measured == [("a",), ("b",), ("c",)]
+            assert all(r.rho == r.epsilon**2 / 2 for r in result.releases)  # pure: the budget adds epsilons
+        else:
+            assert sum(r.rho for r in result.releases) == pytest.approx(epsilon_to_zcdp(epsilon, delta=1e-9))
+
+
+def test_the_choice_reads_the_released_count_never_the_true_one(monkeypatch):
+    """The count decides (post-processing), not the data's size: a huge table whose noisy count came out 0
+    gets the 1-ways, a tiny one whose count came out huge gets AIM."""
+    laplace = choice.discrete_laplace_mechanism
+
+    def count_drawn_as(value: int):
+        def mechanism(counts, **parameters):
+            return np.array([value]) if counts.shape == (1,) else laplace(counts, **parameters)
+
+        return mechanism
+
+    for true_rows, drawn, generator in ((50_000, 0, "independent"), (20, 10**7, "aim")):
+        monkeypatch.setattr(choice, "discrete_laplace_mechanism", count_drawn_as(drawn))
+        result = choice.aim_or_independent(workload(true_rows), DOMAIN, epsilon=1.0, delta=1e-9, rounds=3, rng=4)
+        assert result.generator == generator
+
+
+def test_the_independent_path_splits_epsilon_by_the_square_root_of_the_sizes():
+    """Laplace leaves an expected L1 error of size / epsilon_c in a column: epsilon_c in proportion to sqrt(size)
+    makes their sum least."""
+    result = choice.aim_or_independent(workload(100), DOMAIN, epsilon=1.0, delta=1e-9, rng=5)
+    assert result.generator == "independent"
+    shares = [r.epsilon for r in result.releases[1:]]
+    rest = 1.0 - choice.count_and_rho(1.0, 1e-9)[0]
+    assert shares == pytest.approx(
+        [rest * math.sqrt(s) / sum(map(math.sqrt, DOMAIN.values())) for s in DOMAIN.values()]
+    )
+    for column, size in DOMAIN.items():
+        marginal = result.model.marginal([column])
+        assert marginal.shape == (size,) and marginal.min() >= 0 and marginal.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("z", [choice.SMALL_Z / 3, choice.SMALL_Z * 3])
+def test_what_the_mechanisms_are_told_to_spend_adds_up_to_the_charge(monkeypatch, z):
+    """Each draw's own parameters, not the list of releases kept beside them (review: a mechanism handed all of
+    epsilon passed the tests that read that list): the Laplace draws' epsilons add up to epsilon (pure path), or
+    every draw's zCDP cost (the count's epsilon^2 / 2, the Gaussians' K^2 / (2 sigma^2), the selections'
+    epsilon^2 / 8) to rho(epsilon, delta) (AIM's path); every count's sensitivity is K."""
+    k, epsilon, delta, told = 2, 1.0, 1e-9, []
+
+    def spy(mechanism, cost):
+        def draw(data, **parameters):
+            told.append(cost(parameters))
+            return mechanism(data, **parameters)
+
+        return draw
+
+    def counts_of_k(cost):
+        def checked(parameters):
+            assert parameters["sensitivity"] == k
+            return cost(parameters)
+
+        return checked
+
+    monkeypatch.setattr(choice, "discrete_laplace_mechanism", spy(choice.discrete_laplace_mechanism,
+                        counts_of_k(lambda p: ("epsilon", p["epsilon"]))))  # fmt: skip
+    gaussian = choice.aim.discrete_gaussian
+    monkeypatch.setattr(gaussian, "discrete_gaussian_mechanism", spy(gaussian.discrete_gaussian_mechanism,
+                        counts_of_k(lambda p: ("rho", k**2 / (2 * p["sigma"] ** 2)))))  # fmt: skip
+    monkeypatch.setattr(choice.aim, "exponential_mechanism", spy(choice.aim.exponential_mechanism,
+                        lambda p: ("rho", p["epsilon"] ** 2 / 8)))  # fmt: skip
+    rows = k * rows_for_z(z, epsilon, delta)
+    result = choice.aim_or_independent(workload(rows), DOMAIN, epsilon=epsilon, delta=delta, max_rows=k, rng=6)
+    (_, count), *draws = told
+    if result.generator == "independent":
+        assert {kind for kind, _ in draws} == {"epsilon"}
+        assert count + math.fsum(e for _, e in draws) == pytest.approx(epsilon, rel=1e-12)
+    else:
+        assert result.generator == "aim" and {kind for kind, _ in draws} == {"rho"}
+        spent = count**2 / 2 + math.fsum(r for _, r in draws)
+        assert spent <= epsilon_to_zcdp(epsilon, delta=delta) and spent == pytest.approx(
+            epsilon_to_zcdp(epsilon, delta=delta), rel=1e-6
+        )
+    assert result.generator == ("independent" if z < choice.SMALL_Z else "aim")
+
+
+@pytest.mark.parametrize("z,smoothed", [(0.0, 1.0), (choice.SMOOTH_Z / 2, 0.5), (choice.SMOOTH_Z + 1, 0.0)])
+def test_the_one_ways_are_smoothed_towards_uniform_by_how_small_the_released_count_is(monkeypatch, z, smoothed):
+    """Under SMOOTH_Z each 1-way's clipped counts get (1 - z / SMOOTH_Z) noise scales added, towards uniform; z is
+    the released count's (the 1-ways here drawn as 5 in their first code, -3 in the others: clipped to 0)."""
+    epsilon, delta = 1.0, 1e-9
+    count_epsilon, rho = choice.count_and_rho(epsilon, delta)
+    drawn = z / math.sqrt(2 * rho)
+
+    def mechanism(counts, **parameters):
+        return np.array([drawn]) if counts.shape == (1,) else np.array([5] + [-3] * (counts.size - 1))
+
+    monkeypatch.setattr(choice, "discrete_laplace_mechanism", mechanism)
+    result = choice.aim_or_independent(workload(10_000), DOMAIN, epsilon=epsilon, delta=delta, rng=7)
+    assert result.generator == "independent"
+    total = math.fsum(map(math.sqrt, DOMAIN.values()))
+    for column, size in DOMAIN.items():
+        scale = total / ((epsilon - count_epsilon) * math.sqrt(size))  # K / epsilon_c, K = 1
+        expected = np.array([5.0] + [0.0] * (size - 1)) + smoothed * scale
+        np.testing.assert_allclose(result.model.marginal([column]), expected / expected.sum(), rtol=1e-9)
