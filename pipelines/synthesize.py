@@ -22,13 +22,13 @@ histogram (blr); the generator touches those counts only through mechanisms, the
 --rows of them, or its noisy size capped at --max-synthetic-rows (a public maximum). The memory all
 that holds, the table's included, is checked before any budget is spent; the table is written in
 chunks by the step that draws it, and moved to OUT by the job's last step.
-auto (the default) counts the rows with 1% of epsilon (Laplace) and, where that count says the data
-are too small for AIM's rounds, releases each column's 1-way marginal with Laplace noise (the columns
-independent), else runs AIM with the rest: (epsilon, delta)-DP, and the manifest's "generator" says
-which ran. aim is AIM alone, rho-zCDP with rho the most that fits (epsilon, delta); mwem and blr are
-pure epsilon-DP. The output keeps the columns and codes (labels, numbers); OUT.manifest.json
-beside it says what was spent, which marginals were measured (private outputs, so releasable)
-and each numeric column's grid.
+auto (the default) counts the rows with 1 to 2% of epsilon (Laplace; 0.5% of its rho) and, where
+that count says the data are too small for AIM's rounds, releases each column's 1-way marginal with
+Laplace noise (the columns independent), else runs AIM with the rest: (epsilon, delta)-DP, and the
+manifest's "generator" says which ran. aim is AIM alone, rho-zCDP with rho the most that fits
+(epsilon, delta); mwem and blr are pure epsilon-DP. The output keeps the columns and codes (labels,
+numbers); OUT.manifest.json beside it says what was spent, which marginals were measured (private
+outputs, so releasable) and each numeric column's grid.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def build_parser() -> flags.ArgumentParser:
         "--method",
         choices=METHODS,
         default="auto",
-        help="auto (default): AIM, or independent 1-way marginals where a private count of the rows (a hundredth of "
+        help="auto (default): AIM, or independent 1-way marginals where a private count of the rows (1 to 2 percent of "
         "epsilon) says the data are too small for AIM, (epsilon, delta)-DP; aim: AIM alone, (epsilon, delta)-DP via "
         "zCDP (a rho that composes with other zCDP releases); mwem, blr: pure epsilon-DP",
     )

@@ -62,8 +62,7 @@ def aim_or_independent(
     go to ``aim.aim`` (rounds, ordered, ...). The result's ``generator`` says which ran (a function of the
     released count). Privacy: (``epsilon``, ``delta``)-DP, at most ``max_rows`` rows per unit.
     """
-    epsilon = parameters.positive_finite(epsilon, "epsilon")
-    max_rows = parameters.count(max_rows, "max_rows")
+    check_parameters(domain, epsilon=epsilon, delta=delta, max_rows=max_rows)
     check_workload(marginals, domain)
     count_epsilon, rho = count_and_rho(epsilon, delta)
     source = random_source(rng)
@@ -82,6 +81,34 @@ def aim_or_independent(
         result.generator = "aim"
     result.releases.insert(0, released)
     return result
+
+
+MAX_NOISE_SCALE = 2.0**40  # K / epsilon of a Laplace draw, at most: its noise stays far inside int64
+
+
+def check_parameters(domain: dict[str, int], *, epsilon: float, delta: float, max_rows: int = 1) -> None:
+    """Every check auto makes from public parameters, before any budget is spent: a ValueError where the count
+    or a 1-way would get no epsilon or more noise than an int64 count can carry, or AIM no rho (an epsilon too
+    small or too large for its delta)."""
+    epsilon = parameters.positive_finite(epsilon, "epsilon")
+    delta = parameters.probability(delta, "delta")
+    max_rows = parameters.count(max_rows, "max_rows")
+    nothing = f"auto: epsilon={epsilon:g} at delta={delta:g} leaves its count or AIM nothing to spend"
+    try:
+        count_epsilon, rho = count_and_rho(epsilon, delta)
+    except (ValueError, OverflowError):  # no rho fits, or it overflows
+        raise ValueError(nothing) from None
+    least = min(_shares(domain, epsilon - count_epsilon).values())
+    if not (math.isfinite(rho) and rho > 0 and count_epsilon > 0 and least > 0):
+        raise ValueError(nothing)
+    if max_rows / min(count_epsilon, least) > MAX_NOISE_SCALE:
+        raise ValueError(f"auto: epsilon={epsilon:g} is too small for its 1-way marginals' noise: use a larger one")
+
+
+def _shares(domain: dict[str, int], epsilon: float) -> dict[str, float]:
+    """Each column's epsilon, in proportion to sqrt(its size) (``independent_one_ways``)."""
+    total = math.fsum(math.sqrt(size) for size in domain.values())
+    return {c: epsilon * math.sqrt(size) / total for c, size in domain.items()}
 
 
 def count_and_rho(epsilon: float, delta: float) -> tuple[float, float]:
@@ -111,13 +138,11 @@ def independent_one_ways(
     the inverse-variance weighted mean of ``count`` ((noisy count, its epsilon), released before) and the
     columns' noisy sums (post-processing).
     """
-    weights = {c: math.sqrt(size) for c, size in domain.items()}
-    total = math.fsum(weights.values())
     noisy_count, count_epsilon = count
     sums, variances = [noisy_count], [2 * (max_rows / count_epsilon) ** 2]
     components, releases = [], []
-    for column, size in domain.items():
-        share = epsilon * weights[column] / total
+    for column, share in _shares(domain, epsilon).items():
+        size = domain[column]
         noisy = discrete_laplace_mechanism(
             aim.marginal_from(marginals, (column,)), epsilon=share, sensitivity=max_rows, rng=source
         )

@@ -131,6 +131,7 @@ class PrivateSynthesis(beam.PTransform):
             self.share = zcdp_beside(self.epsilon, self.delta, list(elsewhere), "synthetic data by aim")
         elif method == "auto":
             self.chooser = Release.approximate(self.epsilon, self.delta, "synthetic data by auto")
+            choice.check_parameters(self.domain, epsilon=self.epsilon, delta=self.delta, max_rows=self.max_rows)
         if max_synthetic_rows is not None and self.rows is not None:
             raise ValueError("max_synthetic_rows caps the noisy size, drawn only without rows")
         columns = list(self.domain)

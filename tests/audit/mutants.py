@@ -354,6 +354,13 @@ MUTANTS = [
         ("tests/synth/test_choice.py::test_what_the_mechanisms_are_told_to_spend_adds_up_to_the_charge",),
     ),
     Mutant(
+        "auto's count ignores its cap of a fiftieth of epsilon where delta is large (review 2)",
+        "beam_expmech/synth/choice.py",
+        "    return count_epsilon, rho - count_epsilon**2 / 2",
+        "    return math.sqrt(2 * COUNT_SHARE * rho), rho - count_epsilon**2 / 2",
+        ("tests/synth/test_choice.py::test_what_the_mechanisms_are_told_to_spend_adds_up_to_the_charge",),
+    ),
+    Mutant(
         "auto's 1-ways are told a sensitivity of 1 whatever K",
         "beam_expmech/synth/choice.py",
         "epsilon=share, sensitivity=max_rows, rng=source",

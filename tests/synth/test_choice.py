@@ -80,13 +80,14 @@ def test_the_independent_path_splits_epsilon_by_the_square_root_of_the_sizes():
         assert marginal.shape == (size,) and marginal.min() >= 0 and marginal.sum() == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("delta", [1e-9, 0.01, 0.3])  # 0.01 and 0.3: the count's epsilon capped (review)
 @pytest.mark.parametrize("z", [choice.SMALL_Z / 3, choice.SMALL_Z * 3])
-def test_what_the_mechanisms_are_told_to_spend_adds_up_to_the_charge(monkeypatch, z):
+def test_what_the_mechanisms_are_told_to_spend_adds_up_to_the_charge(monkeypatch, z, delta):
     """Each draw's own parameters, not the list of releases kept beside them (review: a mechanism handed all of
     epsilon passed the tests that read that list): the Laplace draws' epsilons add up to epsilon (pure path), or
     every draw's zCDP cost (the count's epsilon^2 / 2, the Gaussians' K^2 / (2 sigma^2), the selections'
     epsilon^2 / 8) to rho(epsilon, delta) (AIM's path); every count's sensitivity is K."""
-    k, epsilon, delta, told = 2, 1.0, 1e-9, []
+    k, epsilon, told = 2, 1.0, []
 
     def spy(mechanism, cost):
         def draw(data, **parameters):
@@ -143,3 +144,19 @@ def test_the_one_ways_are_smoothed_towards_uniform_by_how_small_the_released_cou
         scale = total / ((epsilon - count_epsilon) * math.sqrt(size))  # K / epsilon_c, K = 1
         expected = np.array([5.0] + [0.0] * (size - 1)) + smoothed * scale
         np.testing.assert_allclose(result.model.marginal([column]), expected / expected.sum(), rtol=1e-9)
+
+
+@pytest.mark.parametrize("delta", [1e-300, 1e-9, 0.01, 0.3, 0.9])
+@pytest.mark.parametrize("epsilon", [1e-4, 0.1, 1.0, 30.0, 1e4])
+def test_the_count_takes_its_share_of_rho_at_most_a_fiftieth_of_epsilon_and_leaves_aim_the_rest(epsilon, delta):
+    count_epsilon, rho = choice.count_and_rho(epsilon, delta)
+    whole = epsilon_to_zcdp(epsilon, delta=delta)
+    assert 0 < count_epsilon <= choice.COUNT_EPSILON * epsilon
+    assert count_epsilon**2 / 2 <= choice.COUNT_SHARE * whole * (1 + 1e-12) and rho + count_epsilon**2 / 2 <= whole
+
+
+@pytest.mark.parametrize("epsilon,delta", [(1e-300, 1e-300), (5e-324, 0.5), (1e308, 1e-9), (1e-14, 0.5)])
+def test_what_auto_cannot_spend_is_refused_before_any_budget(epsilon, delta):
+    """Review: these were charged, then failed (no count epsilon left, rho 0 or infinite, noise past int64)."""
+    with pytest.raises(ValueError, match="auto: epsilon="):
+        choice.check_parameters(DOMAIN, epsilon=epsilon, delta=delta, max_rows=2)

@@ -102,6 +102,12 @@ def test_aim_beside_other_releases_takes_the_route_that_leaves_it_more_and_costs
         PrivateSynthesis(domain=DOMAIN, epsilon=1.0, delta=1e-9, elsewhere=edges)
 
 
+def test_an_epsilon_auto_cannot_spend_is_refused_when_it_is_built():
+    """Review: an epsilon of 1e-300 was charged, then failed (the count's epsilon rounded to 0)."""
+    with pytest.raises(ValueError, match="auto: epsilon=1e-300 at delta=1e-300 leaves its count or AIM nothing"):
+        PrivateSynthesis(domain=DOMAIN, epsilon=1e-300, delta=1e-300)
+
+
 def test_rows_the_run_cannot_hold_are_refused_when_it_is_built_and_the_rows_it_can_are_counted():
     """Issue 34: 10^9 rows were "at most 16 MiB" (the generator alone); they need about 90 GiB."""
     with pytest.raises(ValueError, match=r"1,000,000,000 synthetic rows of 3 columns would hold about \d\d\.\d GiB"):
