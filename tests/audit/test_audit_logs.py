@@ -53,7 +53,7 @@ def run(pipeline: str, folder: Path, dead_letter: bool, level: str) -> tuple[str
     flags, _ = RUNS[pipeline]
     if not (folder / "ledger.json").exists():
         Ledger(str(folder / "ledger.json")).init("d", epsilon=100.0, delta=1e-5)
-    output = folder / "out" / ("s.parquet" if pipeline == "synthesize" else "r.json")
+    output = folder / "out" / ("s.parquet" if pipeline.startswith("synthesize") else "r.json")
     command = [str(Path(sys.executable).with_name("beam-expmech")), pipeline.split()[0], "--input",
                str(folder / "data.csv"), *(f.replace("{domain}", str(folder / "domain.json")) for f in flags),
                "--epsilon", "1", "--privacy-unit", "user", "--max-rows-per-unit", "3", "--seed", "11",

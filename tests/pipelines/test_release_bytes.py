@@ -76,13 +76,15 @@ CASES = {
     "quantiles_joint": (quantiles, ["--column", "amount", "--lower", "0", "--upper", "100", "--quantiles",
                                     "0.25,0.75", "--epsilon", "1", "--method", "joint"]),
     "learn": (learn, ["--features", "a,b", "--label", "y", "--weights=-1,0,1", *UNIT, "--epsilon", "1"]),
-    "synthesize_aim": (synthesize, ["--domain", "{data}/domain.json", *UNIT, "--epsilon", "1", "--rows", "300"]),
+    "synthesize_aim": (synthesize, ["--domain", "{data}/domain.json", *UNIT, "--method", "aim", "--epsilon", "1",
+                                    "--rows", "300"]),
+    "synthesize_auto": (synthesize, ["--domain", "{data}/domain.json", *UNIT, "--epsilon", "1", "--rows", "300"]),
     "synthesize_mwem": (synthesize, ["--domain", "{data}/domain.json", "--columns", "category,a,y",
                                      "--method", "mwem", "--rounds", "4", "--epsilon", "1"]),
     "synthesize_blr": (synthesize, ["--domain", "{data}/domain.json", "--columns", "a,y", "--method", "blr",
                                     "--rows", "12", "--epsilon", "1"]),
     "synthesize_private_bins": (synthesize, ["--domain", "{data}/private.json", "--columns", "amount,a,y",
-                                             "--epsilon", "1", "--rows", "200"]),
+                                             "--method", "aim", "--epsilon", "1", "--rows", "200"]),
 }  # fmt: skip
 
 
