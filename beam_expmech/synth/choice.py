@@ -39,8 +39,9 @@ from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_
 from beam_expmech.synth import Progress, SynthesisResult, aim, check_workload
 from beam_expmech.synth.mwem import FactoredModel
 
-COUNT_SHARE = 0.005  # of rho(epsilon, delta), on the count that chooses (epsilon_c about 1% of epsilon at 1e-9)
+COUNT_SHARE = 0.005  # of rho(epsilon, delta), on the count that chooses (epsilon_c 1.2% of epsilon at 1e-9)
 COUNT_EPSILON = 0.02  # of epsilon, at most, on that count
+MAX_NOISE_SCALE = 2.0**40  # K / epsilon of a Laplace draw, at most: its noise stays far inside int64
 SMALL_Z = 96  # the tuning half's 1-ways won at z 76 and under, AIM at 120 and over: about their geometric mean
 SMOOTH_Z = 40  # under it, the 1-ways' noisy counts are smoothed towards uniform, the more the smaller z
 
@@ -81,9 +82,6 @@ def aim_or_independent(
         result.generator = "aim"
     result.releases.insert(0, released)
     return result
-
-
-MAX_NOISE_SCALE = 2.0**40  # K / epsilon of a Laplace draw, at most: its noise stays far inside int64
 
 
 def check_parameters(domain: dict[str, int], *, epsilon: float, delta: float, max_rows: int = 1) -> None:
