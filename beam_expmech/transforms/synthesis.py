@@ -223,7 +223,7 @@ class PrivateSynthesis(beam.PTransform):
                              ordered=self.grids.keys(), rng=self.seed, progress=self.progress)  # fmt: skip
             details = {}
         elif self.method == "auto":
-            result = choice.aim_or_independent(workload, self.domain, epsilon=self.chooser.epsilon, delta=self.delta,
+            result = choice.aim_or_independent(workload, self.domain, epsilon=self.epsilon, delta=self.delta,
                                                max_rows=self.max_rows, rounds=self.rounds, ordered=self.grids.keys(),
                                                rng=self.seed, progress=self.progress)  # fmt: skip
             details = {"generator": result.generator}  # chosen by a released count: post-processing
