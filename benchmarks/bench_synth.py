@@ -106,9 +106,10 @@ from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.predicates import MarginalWorkload
 from beam_expmech.synth.aim import aim
 from beam_expmech.synth.baselines import independent_marginals
-from beam_expmech.synth.choice import SMALL_Z, aim_or_independent
+from beam_expmech.synth.choice import SMALL_Z, SMOOTH_Z, aim_or_independent, count_and_rho
 from beam_expmech.synth.graphical_model import GraphicalModel
 from beam_expmech.synth.mwem import mwem
+from beam_expmech.synth.naive_bayes import naive_bayes
 from beam_expmech.synth.row_fitting import synthetic_rows
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
@@ -473,6 +474,17 @@ def _stepped_down(prior, ulps: int, value: float) -> float:
     return value
 
 
+def forced_naive_bayes(true, domain, epsilon, target, seed):
+    """Naive Bayes with auto's share of epsilon and its smoothing, but not its choice: z and the size from the true
+    count (a benchmark's shortcut, NOT private)."""
+    count_epsilon, rho = count_and_rho(epsilon, DELTA)
+    rows = int(next(iter(true.values())).sum())
+    z = rows * math.sqrt(2 * rho)
+    return naive_bayes(true, domain, target=target, epsilon=epsilon - count_epsilon, max_rows=1,
+                       count=(rows, count_epsilon), smoothing=max(0.0, 1 - z / SMOOTH_Z),
+                       source=random_source(seed)).model  # fmt: skip
+
+
 def generator_arguments(parser: argparse.ArgumentParser, datasets: list[str], ours: list[str]) -> None:
     """The flags that choose the tables, epsilons, seeds and generators (``generators``), here and in bench_tstr."""
     parser.add_argument("--datasets", default=",".join(datasets))
@@ -553,19 +565,24 @@ def write_wide(directory: Path) -> None:
     print(f"wrote {batch.num_rows:,} rows to {directory / 'wide.parquet'} and {directory / 'domain.json'}")
 
 
-def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_aim_rounds):
-    """(method, fit) pairs: each fit runs one generator and returns it as a Fitted."""
+def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_aim_rounds, target=None):
+    """(method, fit) pairs: each fit runs one generator and returns it as a Fitted. ``target``: the column a
+    model will predict (bench_tstr), which auto is told and naive Bayes needs."""
     references = set() if args.no_reference else set(args.references.split(","))
     ours = set() if args.no_ours else set(args.ours.split(","))
     if "auto" in ours:
         yield (
             "auto",
             lambda: _ours(
-                aim_or_independent(true, domain, epsilon=epsilon, delta=DELTA, ordered=ordered, rng=seed).model,
+                aim_or_independent(
+                    true, domain, epsilon=epsilon, delta=DELTA, ordered=ordered, target=target, rng=seed
+                ).model,
                 domain,
                 list(true),
             ),
         )
+    if "naive bayes" in ours and target is not None:  # whatever z is: for tuning auto's threshold
+        yield "naive bayes", lambda: _ours(forced_naive_bayes(true, domain, epsilon, target, seed), domain, list(true))
     if "aim" in ours:
         yield "aim", lambda: _ours(aim(true, domain, rho=rho, ordered=ordered, rng=seed).model, domain, list(true))
     if "mwem" in ours:

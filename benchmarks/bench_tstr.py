@@ -18,6 +18,7 @@ Seeds make our draws repeatable and NOT private (OpenDP's noise is its own).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -96,10 +97,12 @@ def main() -> None:
         one_way = {m[0]: c for m, c in counts(train, domain, 1).items()}
         for epsilon in (float(e) for e in args.epsilons.split(",")):
             rho = epsilon_to_zcdp(epsilon, delta=DELTA)
+            z = train.num_rows * math.sqrt(2 * rho)  # what auto's rule reads, from a noisy count (synth.choice)
+            print(f"# {name} {epsilon:g}: {train.num_rows:,} rows, z = {z:.1f}", file=sys.stderr, flush=True)
             runs: dict[str, list] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(train, domain, ordered, true, one_way, epsilon, rho, seed, args,
-                                              rounds_of(name)):  # fmt: skip
+                                              rounds_of(name), target=target):  # fmt: skip
                     start = time.perf_counter()
                     rows = fit().sample(train.num_rows, seed)
                     seconds = time.perf_counter() - start

@@ -1,7 +1,7 @@
 """Workload error of a synthetic table against the real one. NOT a release: it reads the real data.
 
     python -m pipelines.evaluate_synthetic REAL DOMAIN.json SYNTH [--degree 3] [--columns a,b,c]
-        [--delimiter ';'] [--json evaluation.json] [--report report.html]
+        [--delimiter ';'] [--target COLUMN] [--json evaluation.json] [--report report.html]
 
 For every k-way marginal of the columns (default: all of the domain's columns; a numeric column
 counted by the bins of its grid, as synthesize counts it; private edges as SYNTH's manifest states
@@ -13,6 +13,8 @@ independent at their exact 1-way shares, and a bootstrap resample of as many row
 ``--json`` writes the whole evaluation (``evaluation``: each marginal's error and the baselines', each
 column's shares in both tables, the cells of the worst and a typical marginal, the release's parameters from
 the manifest beside SYNTH), ``--report`` the same as one HTML page for the data owner (``evaluation_report``).
+``--target COLUMN`` adds what the rows are worth to a model of that column (``learning``: train on synthetic,
+test on real rows held out).
 Use it to judge a generator on data you may look at, never to publish.
 """
 
@@ -21,22 +23,25 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
+from collections.abc import Iterator
 
 import numpy as np
+import pyarrow as pa
 
 from beam_expmech.grids import NumericGrid
 from beam_expmech.io import readers, writers
 from beam_expmech.io.release_files import manifest_path
 from beam_expmech.io.validation import MalformedRows, reason_column, validate
-from beam_expmech.predicates import MarginalWorkload
+from beam_expmech.predicates import MarginalCounts, MarginalWorkload
 from beam_expmech.releases import domains
-from pipelines import console, evaluation_report, flags
+from pipelines import console, evaluation_report, flags, learning
 
 NOTICE = "Evaluation against the real data \u2014 not a differentially private release; do not publish."
 # What the report states of the release, from the synthetic table's manifest.
 RELEASE_FIELDS = (
     "mechanism",
     "generator",
+    "target",
     "epsilon",
     "delta",
     "rho",
@@ -50,26 +55,49 @@ BOOTSTRAP_SEED = 0  # the report is not a release: a fixed seed, so that two rep
 HEAT_MAP_CELLS = 4096  # a marginal with more cells is in the error table only
 
 
-def workload_counts(path: str, workload: MarginalWorkload, domain: domains.Domain, domain_path: str,
-                    delimiter: str = ",") -> np.ndarray:  # fmt: skip
-    """Summed workload counts of one table (a CSV file's fields split at ``delimiter``); a value outside its
-    column's domain is an error, but for a numeric column's, clamped into its grid's end bin as synthesize counts
-    it (the same ``ColumnSpec``)."""
+def validated_batches(path: str, columns: list[str], domain: domains.Domain, domain_path: str,
+                      delimiter: str = ",") -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """One table's ``columns``, batch by batch, validated (a CSV file's fields split at ``delimiter``); a value
+    outside its column's domain is an error, but for a numeric column's, clamped into its grid's end bin as
+    synthesize counts it (the same ``ColumnSpec``)."""
     files = readers.match_files(path)
-    readers.check_columns(files, None, list(workload.columns), delimiter=delimiter)
+    readers.check_columns(files, None, columns, delimiter=delimiter)
     domain = domains.with_input_types(domain, path, None, domain_path, delimiter)
-    specs = [domains.domain_spec(c, domain[c]) for c in workload.columns]
-    total = np.zeros(workload.num_candidates, dtype=np.int64)
+    specs = [domains.domain_spec(c, domain[c]) for c in columns]
     for file in files:
         for split in readers.splits(file, readers.file_format(file)):
-            for batch in readers.read_split(split, workload.columns, delimiter):
+            for batch in readers.read_split(split, columns, delimiter):
                 malformed = isinstance(batch, MalformedRows)
                 good, bad = (None, batch.rows) if malformed else validate(batch, specs)
                 if bad is not None:
-                    reason = bad.column(reason_column(workload.columns))[0].as_py()
+                    reason = bad.column(reason_column(columns))[0].as_py()
                     raise ValueError(f"{file}: {reason} (and {bad.num_rows - 1} more rows)")
-                total += workload.count(good)
+                yield good
+
+
+def workload_counts(path: str, workload: MarginalWorkload, domain: domains.Domain, domain_path: str,
+                    delimiter: str = ",") -> np.ndarray:  # fmt: skip
+    """Summed workload counts of one table (``validated_batches``)."""
+    total = np.zeros(workload.num_candidates, dtype=np.int64)
+    for batch in validated_batches(path, list(workload.columns), domain, domain_path, delimiter):
+        total += workload.count(batch)
     return total
+
+
+def table_codes(path: str, domain: domains.Domain, domain_path: str, delimiter: str = ",", *,
+                share: float = 1.0) -> dict[str, np.ndarray]:  # fmt: skip
+    """Each of ``domain``'s columns of one table as its codes (a number's bin), row by row (``validated_batches``);
+    each row kept with probability ``share`` (by a fixed seed: the evaluation is not a release), so that a large
+    table's rows are not all held."""
+    sizes = domains.domain_sizes(domain)
+    codes: dict[str, list[np.ndarray]] = {c: [] for c in domain}
+    rng = np.random.default_rng(learning.SPLIT_SEED)
+    for batch in validated_batches(path, list(domain), domain, domain_path, delimiter):
+        kept = np.flatnonzero(rng.random(batch.num_rows) < share) if share < 1 else None
+        for column, size in sizes.items():
+            column_codes = MarginalCounts((column,), [size]).candidate_of(batch)
+            codes[column].append(column_codes if kept is None else column_codes[kept])
+    return {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in codes.items()}
 
 
 def workload_errors(real: dict, synthetic: dict) -> dict:
@@ -105,12 +133,13 @@ def _probabilities(counts: np.ndarray) -> list:
 
 
 def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, columns: list[str] | None = None,
-               delimiter: str = ",") -> dict:  # fmt: skip
+               delimiter: str = ",", target: str | None = None) -> dict:  # fmt: skip
     """The whole evaluation as one JSON-ready dict, what ``--json`` writes and ``--report`` draws: the workload's
     errors (each marginal's, sorted from the worst, their average, median and max), each column's distribution in
     both tables (probabilities, by code, with what each code stands for), and the worst and a typical (median
     error) marginal's cells in both tables (for degree 2 or more, among the marginals of at most
-    HEAT_MAP_CELLS cells)."""
+    HEAT_MAP_CELLS cells); with a ``target`` column, what a classifier of it trained on the synthetic rows scores on
+    real rows held out, beside one trained on the other real rows (``learning``)."""
     domain = domains.read_domain(domain_path)
     released = _manifest(synthetic)
     if domains.private_grids(domain):  # their edges were released: the synthetic table's manifest states them
@@ -122,6 +151,8 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
     columns = columns or list(domain)
     if not 1 <= degree <= len(columns):
         raise ValueError(f"--degree must be between 1 and the number of columns ({len(columns)})")
+    if target is not None and (target not in columns or len(columns) < 2):
+        raise ValueError(f"--target {target!r} must be one of the columns evaluated, beside another")
     marginals = list(itertools.combinations(columns, degree))
     # One pass over each table counts the workload and every column's 1-way marginal together.
     workload = MarginalWorkload(list(dict.fromkeys([(c,) for c in columns] + marginals)), domains.domain_sizes(domain))
@@ -179,6 +210,7 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
             }
             for c in columns
         ],
+        "learning": None,
         "heat_maps": [],
         "heat_map_cells": HEAT_MAP_CELLS,
         "marginals_too_large_to_draw": 0,
@@ -199,6 +231,11 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
             }
             for role, m in zip(("worst", "typical"), picks, strict=False)
         ]
+    if target is not None:  # a second pass over each table: its rows (at most about learning.MAX_ROWS), not counts
+        chosen = {c: domain[c] for c in columns}
+        tables = [table_codes(path, chosen, domain_path, delimiter, share=min(1.0, learning.MAX_ROWS / max(rows, 1)))
+                  for path, rows in ((real, result["rows"]["real"]), (synthetic, synthetic_rows))]  # fmt: skip
+        result["learning"] = learning.train_on_synthetic(*tables, domains.domain_sizes(chosen), target)
     return result
 
 
@@ -253,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         type=flags.delimiter,
         help="CSV only: the character between fields of both tables (default ','; ';', '|', '\\t')",
     )
+    parser.add_argument(
+        "--target",
+        help="a column to predict: also train a classifier of it on the synthetic rows and score it on real rows "
+        "held out, beside one trained on the other real rows",
+    )
     parser.add_argument("--json", help="write the evaluation here as JSON (local or gs://; not a release)")
     parser.add_argument("--report", help="write the evaluation here as one self-contained HTML page (not a release)")
     args = parser.parse_args(argv)
@@ -260,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         if path and writers.inside(path, writers.published_folder(args.synthetic)):  # exact shares of the real data
             raise ValueError(f"{flag} must lie outside the synthetic table's folder (where releases are published)")
     result = evaluation(args.real, args.domain, args.synthetic, args.degree,
-                        args.columns.split(",") if args.columns else None, args.delimiter)  # fmt: skip
+                        args.columns.split(",") if args.columns else None, args.delimiter, args.target)  # fmt: skip
     if args.json:
         writers.write_json(args.json, result)
     if args.report:
@@ -270,7 +312,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{workload['marginals']} {args.degree}-way marginals: average L1 error {workload['average_error']:.4f}, "
         f"max {workload['max_error']:.4f} (evaluation against the real data: not a release)"
     )
+    if result["learning"] is not None:
+        learned = result["learning"]
+        synthetic, real = learned["trained_on_synthetic"], learned["trained_on_real"]
+        print(f"{args.target}, held-out real rows: AUC {_score(synthetic['auc'])} trained on the synthetic rows, "
+              f"{_score(real['auc'])} on the other real rows; accuracy {synthetic['accuracy']:.3f} and "
+              f"{real['accuracy']:.3f} (the most common class: {learned['majority_class_accuracy']:.3f})")  # fmt: skip
     return 0
+
+
+def _score(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 if __name__ == "__main__":

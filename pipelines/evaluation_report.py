@@ -1,7 +1,8 @@
 """evaluate_synthetic's ``--report``: its evaluation (the dict that ``--json`` writes) as one self-contained HTML page.
 
 Drawn from that dict alone, so the page and the JSON hold the same numbers: the summary beside two baselines, the
-release's parameters (its manifest's), each column's distribution in both tables, the worst and a typical
+release's parameters (its manifest's), with a target what the rows teach a classifier of it, each column's
+distribution in both tables, the worst and a typical
 marginal as heat maps (at most X_CELLS by Y_CELLS, the rest summed; every cell and label whole on hover), and the
 errors, worst first. Images are SVG (bar charts as ``data:`` URIs, heat maps inline for their hover; no file beside
 the page, no script); every text from the inputs is escaped.
@@ -103,7 +104,8 @@ def _baselines_note(result: dict) -> str:
     )
 
 
-RELEASE_NAMES = {"mechanism": "method", "generator": "generator (auto's choice)", "epsilon": "epsilon",
+RELEASE_NAMES = {"mechanism": "method", "generator": "generator (auto's choice)", "target": "target (auto)",
+                 "epsilon": "epsilon",
                  "delta": "delta", "rho": "rho (zCDP)",
                  "privacy_unit": "privacy unit", "max_rows_per_unit": "K, rows a unit at most", "rows": "rows drawn",
                  "release_id": "release id", "private_randomness": "private randomness"}  # fmt: skip
@@ -122,6 +124,30 @@ def _release(result: dict) -> str:
         rows.append(f'<tr><th>{escape(name)}</th><td id="release-{key.replace("_", "-")}" '
                     f'data-value="{escape(json.dumps(value), quote=True)}">{escape(shown)}</td></tr>')  # fmt: skip
     return f'<table id="release">{"".join(rows)}</table>'
+
+
+def _learning(result: dict) -> str:
+    """The learning section (``--target``): a classifier trained on the synthetic rows against one trained on real
+    rows, both scored on the real rows held out; empty without a target."""
+    learned = result.get("learning")
+    if not learned:
+        return ""
+    rows = []
+    for key, name in (("trained_on_synthetic", "the synthetic rows"), ("trained_on_real", "real rows (the ceiling)")):
+        scores = learned[key]
+        auc = "<td>\u2014</td>" if scores["auc"] is None else _number(scores["auc"], id=f"{key}-auc", tag="td")
+        rows.append(f"<tr><th>{escape(name)}</th><td>{scores['rows']:,}</td>{auc}"
+                    f"{_number(scores['accuracy'], id=f'{key}-accuracy', tag='td')}</tr>")  # fmt: skip
+    held = learned["held_out"]
+    return f"""<h2>Learning: train on synthetic, test on real</h2>
+<table id="learning"><thead><tr><th>trained on</th><th>rows</th><th>AUC</th><th>accuracy</th></tr></thead>
+<tbody>{"".join(rows)}</tbody></table>
+<p class="note">Predicting <code>{escape(learned["target"])}</code> from the other columns: a
+{escape(learned["classifier"])}, scored on {held["rows"]:,} real rows held out ({held["share"]:.0%}, seed
+{held["seed"]}); always guessing the most common class scores an accuracy of
+{_number(learned["majority_class_accuracy"], id="majority-accuracy")}. The synthetic table was drawn from all the
+real rows, the held-out ones too: its score is a little optimistic (by at most what its privacy allows). Rows are
+held out, not privacy units: one unit's rows may fall on both sides, which flatters the ceiling a little.</p>"""
 
 
 def _column_figures(result: dict) -> str:
@@ -249,6 +275,7 @@ def render(result: dict) -> str:
 <p class="note">Each marginal's L1 error is the sum over its cells of |real share \u2212 synthetic share|: 0 when
 the two tables agree, 2 when they share no cell (twice the total variation distance; McKenna et al. 2022).
 The workload is every {degree}-way marginal of the columns.</p>
+{_learning(result)}
 <h2>Columns: real and synthetic shares</h2>
 {_column_figures(result)}
 <h2>{degree}-way marginals as heat maps</h2>

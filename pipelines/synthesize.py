@@ -2,7 +2,7 @@
 
     python -m pipelines.synthesize --input PATH --domain DOMAIN.json --epsilon E [--delta D]
         [--method auto|aim|mwem|blr] [--workload-degree 3] [--columns a,b,c] [--rows N | --max-synthetic-rows M]
-        [--rounds R]
+        [--rounds R] [--target COLUMN]
         [--privacy-unit COL --max-rows-per-unit K] --output OUT.parquet|OUT.csv [Beam options]
 
 DOMAIN.json is {"column": number of codes} (every value an integer code 0 .. size-1) or
@@ -25,7 +25,9 @@ chunks by the step that draws it, and moved to OUT by the job's last step.
 auto (the default) counts the rows with 1 to 2% of epsilon (Laplace; 0.5% of its rho) and, where
 that count says the data are too small for AIM's rounds, releases each column's 1-way marginal with
 Laplace noise (the columns independent), else runs AIM with the rest: (epsilon, delta)-DP, and the
-manifest's "generator" says which ran. aim is AIM alone, rho-zCDP with rho the most that fits
+manifest's "generator" says which ran. With --target COLUMN (the column the rows will be used to
+predict) the small-data path measures that column's 2-way marginal with each other column instead,
+each column drawn given the target (naive Bayes). aim is AIM alone, rho-zCDP with rho the most that fits
 (epsilon, delta); mwem and blr are pure epsilon-DP. The output keeps the columns and codes (labels,
 numbers); OUT.manifest.json beside it says what was spent, which marginals were measured (private
 outputs, so releasable) and each numeric column's grid.
@@ -88,6 +90,11 @@ def build_parser() -> flags.ArgumentParser:
         type=int,
         help="mwem: rounds (default 20); aim, and auto where it runs AIM: first rounds' budget share",
     )
+    parser.add_argument(
+        "--target",
+        help="auto: the column the synthetic rows will be used to predict; where the data are small, auto measures "
+        "its 2-way marginal with each other column (naive Bayes) in place of independent 1-ways",
+    )
     parser.add_argument("--output", required=True, help="OUT.parquet, OUT.csv or OUT.avro (local or gs://)")
     return parser
 
@@ -100,7 +107,7 @@ def declared(args: argparse.Namespace) -> PrivateRelease:
     """The release the flags declare."""
     query = Synthesis(read_domain(args.domain), method=args.method, columns=args.columns and args.columns.split(","),
                       degree=args.workload_degree, rows=args.rows, max_synthetic_rows=args.max_synthetic_rows,
-                      rounds=args.rounds, domain_name=args.domain)  # fmt: skip
+                      rounds=args.rounds, target=args.target, domain_name=args.domain)  # fmt: skip
     if args.method not in APPROXIMATE and args.delta is not None:
         raise ValueError(f"--delta is for auto and aim: {args.method} is pure epsilon-DP")
     delta = (AIM_DELTA if args.delta is None else args.delta) if args.method in APPROXIMATE else 0.0

@@ -51,7 +51,9 @@ class Synthesis:
     ((epsilon, delta)-DP via zCDP), "mwem" or "blr" (pure epsilon-DP). ``columns``: a subset of the domain's
     (default all); ``degree``: the workload's k-way marginals (auto, aim, mwem); ``rows``: the synthetic rows
     (required for blr), or else the noisy size capped at ``max_synthetic_rows``; ``rounds``: mwem's rounds, aim's
-    first rounds' share. Sensitivity, derived: a unit's K rows add at most K to the cells of each marginal.
+    first rounds' share; ``target`` (auto): the column the rows will be used to predict: where the data are
+    small, auto measures its 2-way marginal with each other column (naive Bayes) in place of independent 1-ways,
+    and the manifest states it. Sensitivity, derived: a unit's K rows add at most K to the cells of each marginal.
     ``domain_name`` names the domain in messages (its file). ``PrivateRelease.run(progress=...)`` is told how far
     AIM's or MWEM's rounds are.
     """
@@ -63,6 +65,7 @@ class Synthesis:
     rows: int | None = None
     max_synthetic_rows: int | None = None
     rounds: int | None = None
+    target: str | None = None
     domain_name: str = "the domain"
     pipeline: ClassVar[str] = "synthesize"
 
@@ -80,6 +83,10 @@ class Synthesis:
             raise ValueError(f"columns must be a list of column names, got {self.columns!r}")
         if self.rows is not None and self.max_synthetic_rows is not None:
             raise ValueError("max_synthetic_rows caps the noisy size, drawn only without rows: give one of them")
+        if self.target is not None and self.method != "auto":
+            raise ValueError(f"target is for method auto (its small-data path): {self.method} would not read it")
+        if self.target is not None and not isinstance(self.target, str):
+            raise ValueError(f"target must be a column's name, got {self.target!r}")
 
     def described(self) -> domains.Domain:
         """The declared columns' domains, each checked (``domains.parse_domain``)."""
@@ -91,8 +98,12 @@ class Synthesis:
         unknown = [c for c in columns if c not in described]
         if unknown:
             raise ValueError(f"column {unknown[0]!r} is not in {self.domain_name}")
+        if self.target is not None and (self.target not in columns or len(columns) < 2):
+            raise ValueError(f"the target {self.target!r} must be one of the columns synthesized, beside another")
         if self.method != "blr" and self.degree is not None:
             parameters.count(self.degree, "degree", at_most=len(columns), of="columns")
+        if self.target is not None and self.degree is not None and self.degree < 2:
+            raise ValueError("a target needs a workload of degree 2 or more: its 2-way marginals are counted")
         return {c: described[c] for c in columns}
 
     def prepare(self, unit: PrivacyUnit, budget: Budget, seed: int | None, source: Files | Rows) -> PreparedSynthesis:
@@ -156,7 +167,7 @@ class PreparedSynthesis:
         return PrivateSynthesis(method=query.method, domain=self.domain, epsilon=epsilon, delta=self.budget.delta,
                                 degree=query.degree, rows=query.rows, max_synthetic_rows=query.max_synthetic_rows,
                                 rounds=query.rounds, max_rows=self.unit.rows, grids=grids, elsewhere=elsewhere,
-                                seed=self.seed, progress=progress)  # fmt: skip
+                                target=query.target, seed=self.seed, progress=progress)  # fmt: skip
 
     @property
     def specs(self) -> list[ColumnSpec]:
@@ -173,6 +184,8 @@ class PreparedSynthesis:
                 "synthetic rows": f"{query.rows:,}" if query.rows else
                 f"the noisy size, at most {step.max_synthetic_rows:,}",
                 "memory": f"at most {step.memory / 2**20:,.0f} MiB of {MAX_MEMORY / 2**20:,.0f} MiB"}  # fmt: skip
+        if query.target is not None:
+            plan["target"] = f"{query.target} (where the data are small: its 2-way marginals, naive Bayes)"
         if self.edges:
             plan["private bin edges"] = ", ".join(f"{c}: {self.private[c].count} bins, epsilon {e.epsilon:g}"
                                                   for c, e in self.edges.items())  # fmt: skip
@@ -201,6 +214,7 @@ class PreparedSynthesis:
         return release_fields(self.unit, self.budget, self.seed, mechanism=self.query.method, cost=self.cost,
                               delta=self.delta, accuracy=None, method=self.query.method,
                               guarantee=_guarantee(step), columns=list(self.described),
+                              **({"target": self.query.target} if self.query.target is not None else {}),
                               **({"composition": self.composition} if self.composition else {}),
                               **({"numeric": stated} if self.numeric else {}))  # fmt: skip
 
@@ -256,9 +270,10 @@ def released_quantiles(reading: Reading, output: str, spec: ColumnSpec, quantile
 
 def _guarantee(step: PrivateSynthesis) -> str:
     if step.chooser is not None:
+        small = "independent 1-ways" if step.target is None else f"naive Bayes on {step.target}'s 2-ways"
         return (
             "(epsilon, delta)-DP, charged as such (in a ledger its epsilon adds up; method aim's rho composes "
-            "with other zCDP releases): a private count of the rows picks AIM (zCDP) or independent 1-ways (pure)"
+            f"with other zCDP releases): a private count of the rows picks AIM (zCDP) or {small} (pure)"
         )
     if step.share is None:
         return "pure epsilon-DP"

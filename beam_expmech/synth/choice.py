@@ -16,9 +16,15 @@ the counts, smoothed towards uniform); otherwise AIM runs with the rest of rho. 
 the tuning half of the benchmark's tables (benchmarks/bench_synth.py), never the other half, as issue 16's
 defaults were.
 
-Privacy: (epsilon, delta)-DP, with at most K rows per unit. The independent path is pure epsilon-DP (the
-count's epsilon and the 1-ways' add up); the AIM path is rho(epsilon, delta)-zCDP (the count's epsilon^2 / 2
-and AIM's rho add up), hence (epsilon, delta)-DP. The path is a function of the released count alone: let
+Where the release names a ``target`` (the column its rows will be used to predict), the 1-ways would teach a
+model of it nothing: under ``SMALL_Z_TARGET`` the path for small data is ``naive_bayes`` instead (the target's
+2-way marginal with each other column, the same epsilon and smoothing), chosen by the same released count; that
+threshold was chosen on the tuning half too, by what a classifier trained on the synthetic rows scores on real
+rows held out (benchmarks/bench_tstr.py), AIM keeping the ties (it keeps the other columns' dependence too).
+
+Privacy: (epsilon, delta)-DP, with at most K rows per unit. The independent path (and naive Bayes's) is pure
+epsilon-DP (the count's epsilon and the 1-ways' add up); the AIM path is rho(epsilon, delta)-zCDP (the count's
+epsilon^2 / 2 and AIM's rho add up), hence (epsilon, delta)-DP. The path is a function of the released count alone: let
 M_ind and M_aim run the count and then one path whatever the count, and S_ind, S_aim be the outputs in a set S
 whose count picks that path. Then P[M(D) in S] = P[M_ind(D) in S_ind] + P[M_aim(D) in S_aim], each at most
 e^epsilon times its value on a neighbour D' (plus delta, once: M_ind has none), so M is (epsilon, delta)-DP.
@@ -36,13 +42,15 @@ from beam_expmech import parameters
 from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
-from beam_expmech.synth import Progress, SynthesisResult, aim, check_workload
+from beam_expmech.synth import Progress, SynthesisResult, aim, check_workload, naive_bayes
 from beam_expmech.synth.mwem import FactoredModel
 
 COUNT_SHARE = 0.005  # of rho(epsilon, delta), on the count that chooses (epsilon_c 1.2% of epsilon at 1e-9)
 COUNT_EPSILON = 0.02  # of epsilon, at most, on that count
 MAX_NOISE_SCALE = 2.0**40  # K / epsilon of a Laplace draw, at most: its noise stays far inside int64
 SMALL_Z = 96  # the tuning half's 1-ways won at z 76 and under, AIM at 120 and over: about their geometric mean
+SMALL_Z_TARGET = 900  # with a target: on the tuning half naive Bayes led AIM's AUC by over 0.01 in 10 of the 12
+# cells at z 881 and under (a tie at 370; at 6.6 both near a coin's 0.5), in none of the 6 at 938 and over
 SMOOTH_Z = 40  # under it, the 1-ways' noisy counts are smoothed towards uniform, the more the smaller z
 
 
@@ -53,6 +61,7 @@ def aim_or_independent(
     epsilon: float,
     delta: float,
     max_rows: int = 1,
+    target: str | None = None,
     rng: RandomLike = None,
     progress: Progress | None = None,
     **aim_options,
@@ -63,8 +72,10 @@ def aim_or_independent(
     go to ``aim.aim`` (rounds, ordered, ...). The result's ``generator`` says which ran (a function of the
     released count). Privacy: (``epsilon``, ``delta``)-DP, at most ``max_rows`` rows per unit.
     """
-    check_parameters(domain, epsilon=epsilon, delta=delta, max_rows=max_rows)
+    check_parameters(domain, epsilon=epsilon, delta=delta, max_rows=max_rows, target=target)
     check_workload(marginals, domain)
+    if target is not None and any(len(m) < 2 for m in marginals):
+        raise ValueError("auto: a target needs a workload of 2-way marginals or wider (its naive Bayes counts them)")
     count_epsilon, rho = count_and_rho(epsilon, delta)
     source = random_source(rng)
     rows = int(next(iter(marginals.values())).sum())
@@ -72,11 +83,12 @@ def aim_or_independent(
     released = Release.pure(count_epsilon, "rows counted, to choose the generator")
     noisy = float(count[0])
     z = max(noisy, 0.0) * math.sqrt(2 * rho) / max_rows
-    if z < SMALL_Z:
-        result = independent_one_ways(
-            marginals, domain, epsilon=epsilon - count_epsilon, max_rows=max_rows, count=(noisy, count_epsilon),
-            smoothing=max(0.0, 1 - z / SMOOTH_Z), source=source,
-        )  # fmt: skip
+    small = dict(epsilon=epsilon - count_epsilon, max_rows=max_rows, count=(noisy, count_epsilon),
+                 smoothing=max(0.0, 1 - z / SMOOTH_Z), source=source)  # fmt: skip
+    if target is not None and z < SMALL_Z_TARGET:
+        result = naive_bayes.naive_bayes(marginals, domain, target=target, **small)
+    elif target is None and z < SMALL_Z:
+        result = independent_one_ways(marginals, domain, **small)
     else:
         result = aim.aim(marginals, domain, rho=rho, max_rows=max_rows, rng=source, progress=progress, **aim_options)
         result.generator = "aim"
@@ -84,7 +96,9 @@ def aim_or_independent(
     return result
 
 
-def check_parameters(domain: dict[str, int], *, epsilon: float, delta: float, max_rows: int = 1) -> None:
+def check_parameters(
+    domain: dict[str, int], *, epsilon: float, delta: float, max_rows: int = 1, target: str | None = None
+) -> None:
     """Every check auto makes from public parameters, before any budget is spent: a ValueError where the count
     or a 1-way would get no epsilon or more noise than an int64 count can carry, or AIM no rho (an epsilon too
     small or too large for its delta)."""
@@ -96,7 +110,12 @@ def check_parameters(domain: dict[str, int], *, epsilon: float, delta: float, ma
         count_epsilon, rho = count_and_rho(epsilon, delta)
     except (ValueError, OverflowError):  # no rho fits, or it overflows
         raise ValueError(nothing) from None
-    least = min(_shares(domain, epsilon - count_epsilon).values())
+    if target is not None and (target not in domain or len(domain) < 2):
+        raise ValueError(f"auto: the target {target!r} must be one of the columns, beside at least one other")
+    shares = _shares(domain, epsilon - count_epsilon)
+    if target is not None:
+        shares = naive_bayes.shares(domain, target, epsilon - count_epsilon)
+    least = min(shares.values())
     if not (math.isfinite(rho) and rho > 0 and count_epsilon > 0 and least > 0):
         raise ValueError(nothing)
     if max_rows / min(count_epsilon, least) > MAX_NOISE_SCALE:

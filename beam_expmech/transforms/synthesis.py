@@ -73,7 +73,8 @@ class PrivateSynthesis(beam.PTransform):
     beside ``elsewhere``, the run's other releases (such as private bin edges): by the better of zCDP
     and basic composition (``accounting.zcdp_beside``: ``share`` says which, ``cost`` is what that
     route charges); ``auto`` (the default) is (``epsilon``, ``delta``)-DP: AIM or independent 1-way
-    marginals, as a private count of the rows chooses (``synth.choice``); ``mwem`` and ``blr`` are pure ``epsilon``-DP
+    marginals, as a private count of the rows chooses (``synth.choice``; with a ``target`` column, the target's
+    2-way marginals, naive Bayes, in place of the 1-ways); ``mwem`` and ``blr`` are pure ``epsilon``-DP
     (``cost``), when each privacy unit has at most ``max_rows`` = K rows: every cell of the
     workload (``family``, which the data pass must count) then moves by at most K. ``degree``:
     the k of the k-way marginals (aim, mwem; default 3, or every column if fewer); blr counts the
@@ -102,6 +103,7 @@ class PrivateSynthesis(beam.PTransform):
         max_rows: int = 1,
         grids: dict[str, NumericGrid] | None = None,
         elsewhere: Sequence[Release] = (),
+        target: str | None = None,
         seed: int | None = None,
         progress: Progress | None = None,
     ):
@@ -125,13 +127,17 @@ class PrivateSynthesis(beam.PTransform):
         self.seed, self.progress = parameters.test_seed(seed), progress
         if elsewhere and method != "aim":
             raise ValueError("elsewhere is for aim (auto, mwem and blr take what is left of epsilon)")
+        if target is not None and method != "auto":
+            raise ValueError(f"target is for auto (its small-data path): {method} would not read it")
+        self.target = target
         self.share: ZcdpShare | None = None
         self.chooser: Release | None = None  # auto's (epsilon, delta)-DP charge
         if method == "aim":
             self.share = zcdp_beside(self.epsilon, self.delta, list(elsewhere), "synthetic data by aim")
         elif method == "auto":
             self.chooser = Release.approximate(self.epsilon, self.delta, "synthetic data by auto")
-            choice.check_parameters(self.domain, epsilon=self.epsilon, delta=self.delta, max_rows=self.max_rows)
+            choice.check_parameters(self.domain, epsilon=self.epsilon, delta=self.delta, max_rows=self.max_rows,
+                                    target=target)  # fmt: skip
         if max_synthetic_rows is not None and self.rows is not None:
             raise ValueError("max_synthetic_rows caps the noisy size, drawn only without rows")
         columns = list(self.domain)
@@ -147,6 +153,8 @@ class PrivateSynthesis(beam.PTransform):
         else:
             degree = min(3, len(columns)) if degree is None else degree
             degree = parameters.count(degree, "degree", at_most=len(columns), of="columns")
+            if target is not None and degree < 2:  # else its small-data path would fail after the charge
+                raise ValueError("a target needs a workload of degree 2 or more: its 2-way marginals are counted")
             self.family = MarginalWorkload(list(itertools.combinations(columns, degree)), self.domain)
             if self.family.num_candidates > MAX_WORKLOAD_CELLS:
                 raise ValueError(
@@ -224,8 +232,9 @@ class PrivateSynthesis(beam.PTransform):
             details = {}
         elif self.method == "auto":
             result = choice.aim_or_independent(workload, self.domain, epsilon=self.epsilon, delta=self.delta,
-                                               max_rows=self.max_rows, rounds=self.rounds, ordered=self.grids.keys(),
-                                               rng=self.seed, progress=self.progress)  # fmt: skip
+                                               max_rows=self.max_rows, target=self.target, rounds=self.rounds,
+                                               ordered=self.grids.keys(), rng=self.seed,
+                                               progress=self.progress)  # fmt: skip
             details = {"generator": result.generator}  # chosen by a released count: post-processing
         else:
             result = mwem.mwem(workload, self.domain, epsilon=self.epsilon, rounds=self.rounds, max_rows=self.max_rows,

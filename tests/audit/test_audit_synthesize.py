@@ -1,5 +1,5 @@
-"""Audit of ``pipelines.synthesize`` as it ships (auto, the default, on both of its paths; AIM with public and private
-grids; MWEM; BLR):
+"""Audit of ``pipelines.synthesize`` as it ships (auto, the default, on each of its paths, with a target and
+without; AIM with public and private grids; MWEM; BLR):
 everything but its mechanisms' draws is post-processing.
 
 The command line runs for real, from input files through validation, bounding, Beam's counting pass and the
@@ -24,6 +24,7 @@ from beam_expmech.synth import aim as aim_module
 from beam_expmech.synth import blr as blr_module
 from beam_expmech.synth import choice as choice_module
 from beam_expmech.synth import mwem as mwem_module
+from beam_expmech.synth import naive_bayes as naive_bayes_module
 from beam_expmech.transforms import quantiles as quantiles_module
 from pipelines import synthesize
 
@@ -72,6 +73,7 @@ class Coupling:
         for module, name, kind in (
             (aim_module.discrete_gaussian, "discrete_gaussian_mechanism", "counts"),
             (choice_module, "discrete_laplace_mechanism", "counts"),  # auto's count, and its 1-ways
+            (naive_bayes_module, "discrete_laplace_mechanism", "counts"),  # auto's target 2-ways
             (aim_module, "exponential_mechanism", "scores"),
             (mwem_module, "discrete_laplace_mechanism", "counts"),
             (mwem_module, "exponential_mechanism", "scores"),
@@ -130,12 +132,18 @@ CONFIGURATIONS = {
         (),
     ),
     "auto: aim, private age edges": (PRIVATE_AGE, ["--epsilon", "5"], ()),
+    "auto with a target: naive bayes, private age edges, two workers": (
+        PRIVATE_AGE,
+        ["--target", "flag", "--direct_running_mode=multi_threading", "--direct_num_workers=2"],
+        (),
+    ),
     "mwem, private age edges": (PRIVATE_AGE, ["--method", "mwem", "--rounds", "6", "--epsilon", "30"], ()),
     "blr": (DOMAIN["age"], ["--method", "blr", "--rows", "2", "--columns", "sector,flag"], ()),
 }
 AUTO_PATHS = {
     "auto: independent 1-ways, public grids, two workers": "independent",
     "auto: aim, private age edges": "aim",
+    "auto with a target: naive bayes, private age edges, two workers": "naive bayes",
 }
 
 
@@ -159,8 +167,12 @@ def test_synthesize_as_shipped_is_post_processing_of_its_draws(audit, tmp_path, 
     assert coupling.draws and coupling.position == len(coupling.draws)  # D' drew as often as D
     subject = f"pipelines.synthesize K={MAX_ROWS}, {configuration}"
     kinds = [public[0] for public, _, _ in coupling.draws]
-    expected = {"scores"} if "blr" in more else {"counts"} if "independent" in configuration else {"counts", "scores"}
-    assert set(kinds) == expected  # BLR measures nothing; the 1-ways select nothing
+    expected = {"counts", "scores"}
+    if "blr" in more:  # BLR measures nothing
+        expected = {"scores"}
+    elif AUTO_PATHS.get(configuration) in ("independent", "naive bayes"):  # they select nothing
+        expected = {"counts"}
+    assert set(kinds) == expected
     if configuration in AUTO_PATHS:  # the path the name says: the run is not vacuous
         assert manifest["generator"] == AUTO_PATHS[configuration]
     for kind, check in (("counts", "counts' L1 move / K, each draw"), ("scores", "scores' move / sensitivity")):

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from public_tables import DATA
 
-from pipelines import evaluate_synthetic
+from pipelines import evaluate_synthetic, learning
 
 NLTCS = DATA / "nltcs"
 
@@ -123,3 +123,39 @@ def test_semicolon_files_are_read_with_delimiter_and_refused_without(tmp_path):
     parquet = run_evaluate(str(tmp_path / "real.parquet"), str(NLTCS / "domain.json"),
                            str(tmp_path / "published" / "s.parquet"), *columns, "--delimiter", ";")  # fmt: skip
     assert parquet.returncode == 2 and "--delimiter is for CSV files, and neither table is one" in parquet.stderr
+
+
+def test_a_target_adds_what_the_rows_teach_a_classifier_of_it(tmp_path):
+    """Real rows as the "synthetic" table: trained on them, a model of bathing scores as one trained on real rows
+    held apart (the same rows, bar the held-out ones); a bad target is refused."""
+    lines = (NLTCS / "nltcs.csv").read_text().splitlines()
+    (tmp_path / "published").mkdir()
+    sample = tmp_path / "published" / "sample.csv"
+    sample.write_text("\n".join(lines[:3001]) + "\n")
+    columns = ",".join(lines[0].split(",")[:6])
+    run = run_evaluate(str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(sample), "--columns", columns,
+                       "--target", "bathing", "--json", str(tmp_path / "owner" / "e.json"))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    learned = json.loads((tmp_path / "owner" / "e.json").read_text())["learning"]
+    synthetic, real = learned["trained_on_synthetic"], learned["trained_on_real"]
+    assert f"bathing, held-out real rows: AUC {synthetic['auc']:.3f} trained on the synthetic rows" in run.stdout
+    assert real["auc"] > 0.8 and abs(synthetic["auc"] - real["auc"]) < 0.02
+    assert learned["held_out"]["rows"] == round(0.2 * (len(lines) - 1))
+    refused = run_evaluate(str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(sample),
+                           "--columns", columns, "--target", "walking")  # fmt: skip
+    assert refused.returncode == 2 and "--target 'walking' must be one of the columns evaluated" in refused.stderr
+
+
+def test_learning_samples_a_large_table_as_it_reads_it(tmp_path, monkeypatch):
+    """Review: every row of both tables was held; above learning.MAX_ROWS each table is sampled as it is read."""
+    monkeypatch.setattr(learning, "MAX_ROWS", 2_000)
+    lines = (NLTCS / "nltcs.csv").read_text().splitlines()
+    (tmp_path / "sample.csv").write_text("\n".join(lines[:3001]) + "\n")
+    result = evaluate_synthetic.evaluation(str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"),
+                                           str(tmp_path / "sample.csv"), columns=lines[0].split(",")[:6],
+                                           target="bathing")  # fmt: skip
+    learned = result["learning"]
+    real = learned["held_out"]["rows"] + learned["trained_on_real"]["rows"]
+    assert result["rows"]["real"] == len(lines) - 1 and 1_800 < real < 2_200  # about 2,000 of 21,574
+    assert 1_800 < learned["trained_on_synthetic"]["rows"] < 2_200  # about 2,000 of 3,000
+    assert learned["trained_on_real"]["auc"] > 0.8

@@ -59,7 +59,8 @@ def evaluated(tmp_path_factory) -> tuple[Path, dict, Path]:
     write_tables(folder)
     run = subprocess.run([sys.executable, "-m", "pipelines.evaluate_synthetic", str(folder / "real.parquet"),
                           str(folder / "domain.json"), str(folder / "synthetic.parquet"), "--json",
-                          str(owner / "evaluation.json"), "--report", str(owner / "report.html")],
+                          str(owner / "evaluation.json"), "--report", str(owner / "report.html"),
+                          "--target", "smoker"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr
     return owner / "report.html", json.loads((owner / "evaluation.json").read_text()), folder
@@ -110,6 +111,15 @@ def assert_shows_the_json(html: str, result: dict) -> None:
             (e[baseline], f"{e[baseline]:.4f}") for e in result["errors"][: len(cells)]
         ]
         assert cells and all(c.inside("tr", "marginal") for c in cells)
+    learned = result["learning"]
+    if learned is None:
+        assert "learning" not in by_id
+    else:
+        for key, metric in itertools.product(("trained_on_synthetic", "trained_on_real"), ("auc", "accuracy")):
+            value = learned[key][metric]
+            assert shown(by_id[f"{key}-{metric}"]) == (value, f"{value:.4f}")
+        value = learned["majority_class_accuracy"]
+        assert shown(by_id["majority-accuracy"]) == (value, f"{value:.4f}")
     if result["release"] is None:
         assert "release-unknown" in by_id
     else:
@@ -188,10 +198,24 @@ def test_the_baselines_are_the_real_tables_own(evaluated):
     assert result["release"] is None  # a table drawn by the test: no manifest beside it
 
 
+def test_the_learning_section_trains_on_the_synthetic_rows_and_on_real_ones(evaluated):
+    """smoker follows sex in the real table; the synthetic one drew each column on its own: trained on it, a model
+    of smoker learns nothing of sex, while one trained on real rows does."""
+    _, result, _ = evaluated
+    learned = result["learning"]
+    assert learned["target"] == "smoker" and learned["held_out"]["rows"] == 400
+    assert learned["trained_on_real"]["rows"] == 1_600 and learned["trained_on_synthetic"]["rows"] == 1_200
+    assert learned["trained_on_real"]["auc"] > learned["trained_on_synthetic"]["auc"] + 0.05
+
+
 def test_the_number_check_sees_a_wrong_number(evaluated):
     report, result, _ = evaluated
     wrong = json.loads(json.dumps(result))
     wrong["errors"][3]["error"] += 1e-9
+    with pytest.raises(AssertionError):
+        assert_shows_the_json(report.read_text(), wrong)
+    wrong = json.loads(json.dumps(result))
+    wrong["learning"]["trained_on_synthetic"]["auc"] += 1e-9
     with pytest.raises(AssertionError):
         assert_shows_the_json(report.read_text(), wrong)
 

@@ -94,6 +94,27 @@ def test_auto_gives_small_data_independent_one_ways_and_aim_its_zcdp_guarantee(t
     assert zcdp_to_epsilon(manifest["rho"], delta=1e-9) <= 0.3
 
 
+def test_a_target_gives_small_data_its_naive_bayes_and_the_manifest_names_it(tmp_path, capsys):
+    """The same 300 rows with --target: the target's 2-way marginal with each other column, each column drawn
+    given the target; the rows keep the target's dependence, which independent 1-ways lose."""
+    pacsv.write_csv(pacsv.read_csv(NLTCS / "nltcs.csv").slice(0, 300), tmp_path / "small.csv")
+    names = columns(6).split(",")
+    args = ["--input", str(tmp_path / "small.csv"), "--domain", str(NLTCS / "domain.json"), "--columns", columns(6),
+            "--epsilon", "1", "--target", names[2], "--seed", "9", "--output", str(tmp_path / "nb.csv")]  # fmt: skip
+    assert synthesize.main(["--dry-run", *args]) == 0
+    assert f'target: "{names[2]} (where the data are small' in capsys.readouterr().out
+    assert synthesize.main(args) == 0
+    assert "columns by naive bayes, epsilon=1, delta=1e-09" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "nb.manifest.json").read_text())
+    assert (manifest["generator"], manifest["target"], manifest["rho"]) == ("naive bayes", names[2], None)
+    assert [tuple(m) for m in manifest["measured"]] == [(names[2], c) for c in names if c != names[2]]
+    real, synthetic = pacsv.read_csv(tmp_path / "small.csv"), pacsv.read_csv(tmp_path / "nb.csv")
+    for name in (names[1], names[3]):  # ADLs go together: the target's correlation with each survives
+        truth = np.corrcoef(real.column(name).to_numpy(), real.column(names[2]).to_numpy())[0, 1]
+        drawn = np.corrcoef(synthetic.column(name).to_numpy(), synthetic.column(names[2]).to_numpy())[0, 1]
+        assert truth > 0.3 and abs(drawn - truth) < 0.2, (name, truth, drawn)
+
+
 def test_blr_on_three_columns(tmp_path):
     out = tmp_path / "tiny.csv"
     assert synthesize.main(["--input", str(NLTCS / "nltcs.csv"), "--domain", str(NLTCS / "domain.json"),
@@ -134,6 +155,12 @@ def test_values_outside_the_domain_go_to_the_dead_letter(tmp_path):
         ({"--workload-degree": "20"}, "degree = 20 exceeds the number of columns (16)"),
         ({"--rows": "10", "--max-synthetic-rows": "5"}, "max_synthetic_rows caps the noisy size"),
         ({"--max-synthetic-rows": "0"}, "max_synthetic_rows must be an integer >= 1"),
+        ({"--target": "nope"}, "the target 'nope' must be one of the columns synthesized"),
+        ({"--target": "bathing", "--columns": "eating,dressing"}, "the target 'bathing' must be one of the columns"),
+        ({"--target": "bathing", "--columns": "bathing"}, "must be one of the columns synthesized, beside another"),
+        ({"--target": "bathing", "--method": "aim"}, "target is for method auto"),
+        ({"--target": "bathing", "--workload-degree": "1"}, "a target needs a workload of degree 2 or more"),
+        ({"--target": "bathing", "--method": "mwem"}, "target is for method auto"),
     ],
 )
 def test_bad_arguments_stop_before_any_data(tmp_path, change, message):
