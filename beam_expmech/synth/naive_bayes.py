@@ -39,10 +39,12 @@ class NaiveBayesModel:
 
     def marginal(self, columns: Sequence[str]) -> np.ndarray:
         """The model's distribution over ``columns`` (axes in that order): the target summed out last."""
-        letters = {c: chr(ord("b") + i) for i, c in enumerate(columns)} | {self.target: "a"}
-        others = [c for c in columns if c != self.target]
-        spec = ",".join(["a", *(f"a{letters[c]}" for c in others)]) + "->" + "".join(letters[c] for c in columns)
-        return np.einsum(spec, self.prior, *(self.given[c] for c in others))
+        axes = {c: i + 1 for i, c in enumerate(columns)} | {self.target: 0}  # einsum's sublists: any letters' count
+        operands = [self.prior, [0]]
+        for column in columns:
+            if column != self.target:
+                operands += [self.given[column], [0, axes[column]]]
+        return np.einsum(*operands, [axes[c] for c in columns])
 
     def sample(self, rows: int, source: RandomSource) -> dict[str, np.ndarray]:
         """``rows`` rows: the target by one systematic sample, then each column given it (``sampling.allocate``;

@@ -109,3 +109,19 @@ def test_clipped_counts_get_smoothing_times_their_noise_scale(monkeypatch, smoot
     if smoothing == 0:  # rows of y but the first are all zero: uniform; the prior from the unclipped sums
         np.testing.assert_allclose(result.model.given["a"][1], np.full(4, 0.25))
         np.testing.assert_allclose(result.model.prior, [1.0, 0.0, 0.0])
+
+
+def test_a_marginal_of_more_columns_than_letters_is_the_product_of_its_factors():
+    """np.einsum's subscripts have 52 letters; a workload may be of every column (--workload-degree): 50 columns,
+    of one code but two."""
+    domain = {f"c{i}": 1 for i in range(60)} | {"a": 2, "b": 3, "y": 2}
+    given = {c: np.ones((2, 1)) for c in domain} | {"a": np.array([[0.9, 0.1], [0.2, 0.8]]),
+                                                  "b": np.array([[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]])}  # fmt: skip
+    del given["y"]
+    model = naive_bayes.NaiveBayesModel(domain, "y", np.array([0.25, 0.75]), given)
+    columns = ["a", *(f"c{i}" for i in range(48)), "b"]
+    joint = model.marginal(columns)
+    assert joint.shape == (2, *(1,) * 48, 3) and joint.sum() == pytest.approx(1.0)
+    expected = 0.25 * np.outer(given["a"][0], given["b"][0]) + 0.75 * np.outer(given["a"][1], given["b"][1])
+    np.testing.assert_allclose(joint.reshape(2, 3), expected)
+    assert model.marginal(["a", "y"])[1, 1] == pytest.approx(0.75 * 0.8)
