@@ -6,8 +6,9 @@
 For each table with a natural target (``TARGETS``: the column, and which of its codes make the label), the
 real rows are split once, 80/20, by a fixed seed (``SPLIT_SEED``), before any synthesis. Each generator
 then synthesizes from the 80% at (epsilon, delta = 1e-9) and draws as many rows as the 80% holds, as
-bench_synth runs it (``bench_synth.generators``: ours, auto and mwem; the independent 1-ways; OpenDP's MST
-and AIM); scikit-learn's HistGradientBoostingClassifier (its defaults, random_state 0; every other column a
+bench_synth runs it (``bench_synth.generators``: ours, auto told the target (``--target``) and mwem; "naive
+bayes" forced whatever z, for tuning auto's threshold; the independent 1-ways; OpenDP's MST and AIM);
+scikit-learn's HistGradientBoostingClassifier (its defaults, random_state 0; every other column a
 number, its code) is trained on those rows and scored on the real 20%: AUC (for more than two classes the
 mean over the classes of each class's one-against-the-rest AUC, "macro") and accuracy. A model trained on
 synthetic rows of one label only predicts that label (AUC 0.5). In the same run, the ceiling: the same
