@@ -89,13 +89,13 @@ def table_codes(path: str, domain: domains.Domain, domain_path: str, delimiter: 
     """Each of ``domain``'s columns of one table as its codes (a number's bin), row by row (``validated_batches``);
     each row kept with probability ``share`` (by a fixed seed: the evaluation is not a release), so that a large
     table's rows are not all held."""
-    sizes = domains.domain_sizes(domain)
+    coders = {c: MarginalCounts((c,), [size]) for c, size in domains.domain_sizes(domain).items()}
     codes: dict[str, list[np.ndarray]] = {c: [] for c in domain}
     rng = np.random.default_rng(learning.SPLIT_SEED)
     for batch in validated_batches(path, list(domain), domain, domain_path, delimiter):
         kept = np.flatnonzero(rng.random(batch.num_rows) < share) if share < 1 else None
-        for column, size in sizes.items():
-            column_codes = MarginalCounts((column,), [size]).candidate_of(batch)
+        for column, coder in coders.items():
+            column_codes = coder.candidate_of(batch)
             codes[column].append(column_codes if kept is None else column_codes[kept])
     return {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in codes.items()}
 

@@ -72,3 +72,16 @@ def check_workload(marginals: dict[tuple[str, ...], np.ndarray], domain: dict[st
     for columns, counts in marginals.items():
         if counts.shape != tuple(domain[c] for c in columns):
             raise ValueError(f"marginal {columns} does not match the domain")
+
+
+def sqrt_split(cells: dict[str, int], epsilon: float) -> dict[str, float]:
+    """``epsilon`` split among marginals in proportion to the square root of their ``cells``: Laplace noise of scale
+    K / epsilon_m leaves an expected L1 error of cells_m K / epsilon_m in each, whose sum this split makes least."""
+    total = math.fsum(math.sqrt(n) for n in cells.values())
+    return {m: epsilon * math.sqrt(n) / total for m, n in cells.items()}
+
+
+def normalised(counts: np.ndarray) -> np.ndarray:
+    """Counts (>= 0) as probabilities along the last axis; a row of zeros uniform."""
+    totals = counts.sum(axis=-1, keepdims=True)
+    return np.where(totals > 0, counts / np.where(totals > 0, totals, 1), 1 / counts.shape[-1])

@@ -7,6 +7,7 @@ import numpy as np
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, random_source
+from beam_expmech.synth import normalised
 from beam_expmech.synth.mwem import FactoredModel
 
 
@@ -22,7 +23,6 @@ def independent_marginals(
     components, releases = [], []
     for column, counts in one_way.items():
         noisy = np.maximum(discrete_laplace_mechanism(counts, epsilon=each, sensitivity=max_rows, rng=source), 0)
-        probabilities = noisy / noisy.sum() if noisy.sum() > 0 else np.full(counts.size, 1 / counts.size)
-        components.append(((column,), probabilities.astype(np.float64)))
+        components.append(((column,), normalised(noisy.astype(np.float64))))
         releases.append(Release.pure(each, f"1-way marginal of {column}"))
     return FactoredModel({c: v.size for c, v in one_way.items()}, components), releases

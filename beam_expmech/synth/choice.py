@@ -42,7 +42,7 @@ from beam_expmech import parameters
 from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
-from beam_expmech.synth import Progress, SynthesisResult, aim, check_workload, naive_bayes
+from beam_expmech.synth import Progress, SynthesisResult, aim, check_workload, naive_bayes, normalised, sqrt_split
 from beam_expmech.synth.mwem import FactoredModel
 
 COUNT_SHARE = 0.005  # of rho(epsilon, delta), on the count that chooses (epsilon_c 1.2% of epsilon at 1e-9)
@@ -112,7 +112,7 @@ def check_parameters(
         raise ValueError(nothing) from None
     if target is not None and (target not in domain or len(domain) < 2):
         raise ValueError(f"auto: the target {target!r} must be one of the columns, beside at least one other")
-    shares = _shares(domain, epsilon - count_epsilon)
+    shares = sqrt_split(domain, epsilon - count_epsilon)
     if target is not None:
         shares = naive_bayes.shares(domain, target, epsilon - count_epsilon)
     least = min(shares.values())
@@ -120,12 +120,6 @@ def check_parameters(
         raise ValueError(nothing)
     if max_rows / min(count_epsilon, least) > MAX_NOISE_SCALE:
         raise ValueError(f"auto: epsilon={epsilon:g} is too small for its 1-way marginals' noise: use a larger one")
-
-
-def _shares(domain: dict[str, int], epsilon: float) -> dict[str, float]:
-    """Each column's epsilon, in proportion to sqrt(its size) (``independent_one_ways``)."""
-    total = math.fsum(math.sqrt(size) for size in domain.values())
-    return {c: epsilon * math.sqrt(size) / total for c, size in domain.items()}
 
 
 def count_and_rho(epsilon: float, delta: float) -> tuple[float, float]:
@@ -149,16 +143,15 @@ def independent_one_ways(
 ) -> SynthesisResult:
     """Each column's 1-way marginal with discrete Laplace noise, the columns independent: pure ``epsilon``-DP.
 
-    Column c gets epsilon in proportion to sqrt(size_c): Laplace leaves an expected L1 error of size_c K /
-    epsilon_c in it, whose sum that split makes least. Its counts are clipped at 0, ``smoothing`` times the noise's
-    scale K / epsilon_c added to each (where noise swamps the counts, towards uniform), and normalised. The size is
-    the inverse-variance weighted mean of ``count`` ((noisy count, its epsilon), released before) and the
-    columns' noisy sums (post-processing).
+    Column c gets epsilon in proportion to sqrt(size_c) (``sqrt_split``). Its counts are clipped at 0,
+    ``smoothing`` times the noise's scale K / epsilon_c added to each (where noise swamps the counts, towards
+    uniform), and normalised. The size is the inverse-variance weighted mean of ``count`` ((noisy count, its
+    epsilon), released before) and the columns' noisy sums (post-processing).
     """
     noisy_count, count_epsilon = count
     sums, variances = [noisy_count], [2 * (max_rows / count_epsilon) ** 2]
     components, releases = [], []
-    for column, share in _shares(domain, epsilon).items():
+    for column, share in sqrt_split(domain, epsilon).items():
         size = domain[column]
         noisy = discrete_laplace_mechanism(
             aim.marginal_from(marginals, (column,)), epsilon=share, sensitivity=max_rows, rng=source
@@ -166,8 +159,8 @@ def independent_one_ways(
         releases.append(Release.pure(share, f"1-way marginal of {column}"))
         sums.append(float(noisy.sum()))
         variances.append(size * 2 * (max_rows / share) ** 2)
-        clipped = np.maximum(noisy, 0).astype(np.float64) + smoothing * max_rows / share
-        components.append(((column,), clipped / clipped.sum() if clipped.sum() > 0 else np.full(size, 1 / size)))
+        smoothed = np.maximum(noisy, 0).astype(np.float64) + smoothing * max_rows / share
+        components.append(((column,), normalised(smoothed)))
     rows = np.average(sums, weights=1 / np.array(variances))
     model = FactoredModel(dict(domain), components)
     return SynthesisResult(model, [(c,) for c in domain], releases, max(1, round(rows)), generator="independent")

@@ -23,7 +23,7 @@ import numpy as np
 from beam_expmech.accounting import Release
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.randomness import RandomSource
-from beam_expmech.synth import SynthesisResult
+from beam_expmech.synth import SynthesisResult, normalised, sqrt_split
 from beam_expmech.synth.aim import marginal_from
 from beam_expmech.synth.sampling import allocate, split_cells
 
@@ -60,9 +60,7 @@ class NaiveBayesModel:
 def shares(domain: dict[str, int], target: str, epsilon: float) -> dict[str, float]:
     """Each other column's epsilon, in proportion to sqrt(the cells of its 2-way marginal with the target): the
     split that makes the sum of their expected L1 errors (cells K / epsilon_c each) least."""
-    cells = {c: domain[target] * size for c, size in domain.items() if c != target}
-    total = math.fsum(math.sqrt(n) for n in cells.values())
-    return {c: epsilon * math.sqrt(n) / total for c, n in cells.items()}
+    return sqrt_split({c: domain[target] * size for c, size in domain.items() if c != target}, epsilon)
 
 
 def naive_bayes(
@@ -99,15 +97,9 @@ def naive_bayes(
         variances.append(noisy.size * variance)
         target_sums.append(noisy.sum(axis=1))
         target_weights.append(1 / (domain[column] * variance))
-        given[column] = _normalised(np.maximum(noisy, 0) + smoothing * max_rows / share)
+        given[column] = normalised(np.maximum(noisy, 0) + smoothing * max_rows / share)
     prior = np.average(target_sums, axis=0, weights=target_weights)
     scale = math.sqrt(1 / (2 * math.fsum(target_weights)))  # a Laplace scale of the prior's variance
-    model = NaiveBayesModel(dict(domain), target, _normalised(np.maximum(prior, 0) + smoothing * scale), given)
+    model = NaiveBayesModel(dict(domain), target, normalised(np.maximum(prior, 0) + smoothing * scale), given)
     rows = np.average(sums, weights=1 / np.array(variances))
     return SynthesisResult(model, measured, releases, max(1, round(rows)), generator="naive bayes")
-
-
-def _normalised(counts: np.ndarray) -> np.ndarray:
-    """Counts (>= 0) as probabilities along the last axis; a row of zeros uniform."""
-    totals = counts.sum(axis=-1, keepdims=True)
-    return np.where(totals > 0, counts / np.where(totals > 0, totals, 1), 1 / counts.shape[-1])

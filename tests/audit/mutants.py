@@ -391,8 +391,8 @@ MUTANTS = [
     Mutant(
         "naive bayes draws each column given the target from its true 2-way counts",
         "beam_expmech/synth/naive_bayes.py",
-        "given[column] = _normalised(np.maximum(noisy, 0)",
-        "given[column] = _normalised(np.maximum(marginal_from(marginals, columns), 0)",
+        "given[column] = normalised(np.maximum(noisy, 0)",
+        "given[column] = normalised(np.maximum(marginal_from(marginals, columns), 0)",
         (f"{SHIPPED_SYNTHESIZE}[auto with a target: naive bayes, private age edges, two workers]",),
     ),
     Mutant(

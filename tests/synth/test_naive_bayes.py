@@ -9,7 +9,7 @@ import pytest
 
 from beam_expmech.accounting import PrivacyBudget
 from beam_expmech.mechanisms.randomness import random_source
-from beam_expmech.synth import naive_bayes
+from beam_expmech.synth import naive_bayes, normalised
 
 DOMAIN = {"a": 4, "y": 3, "b": 5}
 
@@ -105,7 +105,7 @@ def test_clipped_counts_get_smoothing_times_their_noise_scale(monkeypatch, smoot
         expected = np.zeros((3, DOMAIN[column]))
         expected[0, 0] = 20
         expected += smoothing * 2 / release.epsilon
-        np.testing.assert_allclose(result.model.given[column], naive_bayes._normalised(expected))
+        np.testing.assert_allclose(result.model.given[column], normalised(expected))
     if smoothing == 0:  # rows of y but the first are all zero: uniform; the prior from the unclipped sums
         np.testing.assert_allclose(result.model.given["a"][1], np.full(4, 0.25))
         np.testing.assert_allclose(result.model.prior, [1.0, 0.0, 0.0])
