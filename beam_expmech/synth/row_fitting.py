@@ -8,11 +8,12 @@ workload marginals closer, in L1, to the model's (n times its probabilities). It
 and public parameters, so it is post-processing. It starts from rows drawn from the model and moves few
 of them, so what the workload does not pin down (the model's other dependencies) stays as drawn.
 
-The moves run in parallel, a column at a time: every row proposes its best value of that column
-against the current differences, the proposals are taken best first, and one is kept only while each
-cell it moves has room. A cell whose difference from its target is d takes at most max(1, floor |d|)
-moves: along them d keeps its sign, so each kept move's gain is exact and the L1 distance falls by
-their sum, every round.
+The moves run in parallel, a column at a time: a few rows drawn at random (``ROUND_VALUES``) propose
+their best value of that column against the current differences, the proposals are taken best first,
+and one is kept only while each cell it moves has room. A cell whose difference from its target is d
+takes at most max(1, floor |d|) moves: along them d keeps its sign, so each kept move's gain is exact
+and the L1 distance falls by their sum, every round. Rows proposing the same cells crowd each other
+out, so many small rounds move more rows for the work than a few large ones.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from beam_expmech.ordering import stable_order
 from beam_expmech.synth import Progress, sampling
 
 ROUNDS = 4  # rounds of moves a column gets before the next column's
-ROUND_VALUES = 2**22  # values weighed in one round (rows x marginals x values): about 96 MiB at the peak
+# Values weighed in one round (rows x marginals x values). Few: a round keeps only the moves that fit in their
+# cells' room, and many rows proposing crowd the same cells (2**22 until 2026-12-07: on the wide table 1.4% of a
+# round's proposals were kept), so small rounds move as many rows for far less work (docs/benchmarks.md).
+ROUND_VALUES = 2**16
 ROUND_COST = 2**16  # the least a round is charged: its fixed cost, so that small tables' rounds are bounded too
-WORK = 2**30  # values weighed in all: 20 to 100 ns each here, so up to two minutes; small tables stop sooner
+WORK = 2**29  # values weighed in all: about 20 ns each here (10 s); small tables stop sooner
 PASSES = 16  # passes of ``_kept`` a round; proposals still left propose again in the next round
 FITTING = "fitting the rows to the measured marginals"  # what progress is told
 _GAIN = 1e-9  # the least gain, in rows of L1 distance, worth a move (the targets are floats)
@@ -51,8 +55,9 @@ def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -
 
     The codes drawn (each column in its ``sampling.code_dtype``) stay held until the search ends. Drawing holds
     ``sampling.ROW_BYTES`` a row more; then the search holds its table of the codes (one type for all
-    columns), the differences on every workload cell, and either the working arrays of ``_Layout.difference``
-    (two words a row, two of the largest marginal) or those of its largest round (``_round_bytes``).
+    columns), three words on every workload cell (``_Distance``), and either the working arrays of
+    ``_Layout.difference`` (two words a row, two of the largest marginal), or two words a cell while
+    ``_Distance`` is made, or those of its largest round (``_round_bytes``).
     """
     drawn = sum(sampling.code_dtype(size).itemsize for size in domain.values())
     width = sampling.code_dtype(max(domain.values(), default=1)).itemsize
@@ -68,9 +73,9 @@ def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -
             return 0
         if not marginals:
             return rows * (drawn + sampling.ROW_BYTES)
-        differences = 8 * (2 * max(cells) + 2 * rows)
+        differences = 8 * max(2 * max(cells) + 2 * rows, 2 * sum(cells))
         rounds = max((_round_bytes(*shape, rows, width, len(domain)) for shape in shapes), default=0)
-        search = rows * len(domain) * width + 8 * sum(cells) + max(differences, rounds)
+        search = rows * len(domain) * width + 3 * 8 * sum(cells) + max(differences, rounds)
         return rows * drawn + max(rows * sampling.ROW_BYTES, search)
 
     return bound
@@ -79,15 +84,15 @@ def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -
 def _round_bytes(m: int, w: int, size: int, rows: int, width: int, columns: int) -> int:
     """The most one ``_round`` holds (its arrays, counted from the code) for a column in ``m`` workload marginals
     (``w`` other columns each at most) with ``size`` values: 8-byte words a chosen row, at the largest of its
-    three phases: the rows' cells (M W of its columns, and its whole row of the table), the gains (the values'
-    differences and two temporaries: 3 M V, counted as 4), and the proposals' cells sorted and ranked
-    (``np.unique`` and ``_kept``: about 19 M beside the gains' M V); and the draw of the rows that propose."""
+    three phases: the rows' cells (M W of its columns, and its whole row of the table), the gains (their V, and
+    a value's M cells and gains at a time: about 5 M), and the proposals' cells sorted and ranked (``_distinct``
+    and ``_kept``: about 24 M, and ``_distinct``'s table of marks, at most 17 bytes for each of 2^16 cells
+    beyond its share of the 24 M); and the draw of the rows that propose."""
     proposing = max(1, ROUND_VALUES // (m * size))
     chosen = min(rows, proposing)
-    # 4 M V for the gains' 3: numpy's temporaries are freed as an expression goes, not always at once
-    words = max(4 * m * size + 3 * m, m * size + 19 * m, m * w * (1 + width / 8) + 2 * m + columns * width / 8)
+    words = max(24 * m, m * w * (1 + width / 8) + 2 * m + columns * width / 8)
     draws = 48 * proposing if rows > proposing else 8 * rows
-    return math.ceil(8 * chosen * (words + size + 4)) + draws
+    return math.ceil(8 * chosen * (words + size + 4)) + draws + 17 * 2**16
 
 
 def fit_rows(
@@ -108,13 +113,13 @@ def fit_rows(
     if not table.size or not marginals:
         return {c: table[:, i] for i, c in enumerate(columns)}
     layout = _Layout(domain, marginals)
-    difference = layout.difference(table, probabilities)
+    distance = _Distance(layout.difference(table, probabilities))
     work, moved = 0, True
     while moved and work < WORK:
         moved = False
         for column in range(len(columns)):
             for _ in range(ROUNDS):
-                kept, weighed = _round(table, column, difference, layout, source)
+                kept, weighed = _round(table, column, distance, layout, source)
                 moved, work = moved or kept > 0, work + weighed
                 if not kept:
                     break
@@ -159,6 +164,8 @@ class _Layout:
         self.cells = [math.prod(s) for s in shapes]
         self.offsets = np.cumsum([0, *self.cells[:-1]])
         self.around = [self._around(column) for column in range(len(self.sizes))]  # the same every round
+        # a cell's index in 4 bytes where they hold every cell: a round's indices are its largest arrays
+        self.cell_type = np.int32 if sum(self.cells) < 2**31 else np.int64
 
     def difference(self, table: np.ndarray, probabilities: Callable[[tuple[str, ...]], np.ndarray]) -> np.ndarray:
         """The rows' counts less n ``probabilities``, every marginal's cells in one vector."""
@@ -196,11 +203,32 @@ class _Layout:
         return self.offsets[holding], stride, others, other_strides
 
 
+class _Distance:
+    """The rows' counts less their targets on every workload cell (``difference``), and by how much one row
+    arriving in a cell or leaving it changes the L1 distance there (``arriving``: |d + 1| - |d|, ``leaving``:
+    |d - 1| - |d|). The two are kept beside the differences, updated where rows move, because every round reads
+    them for each proposing row at each of its values: a gather and a sum, not four passes of arithmetic."""
+
+    def __init__(self, difference: np.ndarray) -> None:
+        self.difference = difference
+        self.arriving = np.abs(difference + 1) - np.abs(difference)
+        self.leaving = np.abs(difference - 1) - np.abs(difference)
+
+    def move(self, leaving: np.ndarray, arriving: np.ndarray) -> None:
+        """One row leaves each cell of ``leaving`` and one arrives in each of ``arriving`` (repeats counted)."""
+        np.subtract.at(self.difference, leaving, 1.0)
+        np.add.at(self.difference, arriving, 1.0)
+        touched = np.concatenate([leaving, arriving])
+        d = self.difference[touched]
+        self.arriving[touched] = np.abs(d + 1) - np.abs(d)
+        self.leaving[touched] = np.abs(d - 1) - np.abs(d)
+
+
 def _round(
-    table: np.ndarray, column: int, difference: np.ndarray, layout: _Layout, source: RandomSource
+    table: np.ndarray, column: int, distance: _Distance, layout: _Layout, source: RandomSource
 ) -> tuple[int, int]:
-    """One round of moves of ``column``'s values (``table`` and ``difference`` updated): how many were kept,
-    and how many values were weighed."""
+    """One round of moves of ``column``'s values (``table`` and ``distance`` updated): how many were kept, and how
+    many values were weighed."""
     offsets, stride, others, other_strides = layout.around[column]
     size = layout.sizes[column]
     if not offsets.size or size < 2:
@@ -211,13 +239,16 @@ def _round(
         chosen = np.unique((source.uint32(proposing).astype(np.uint64) * np.uint64(chosen.size)) >> np.uint64(32))
         chosen = chosen.astype(np.int64)
     rows = chosen.size
-    base = offsets + (table[chosen][:, others] * other_strides).sum(axis=-1)  # (rows, marginals): cell at code 0
+    cell = layout.cell_type
+    stride = stride.astype(cell)
+    base = (offsets + (table[chosen][:, others] * other_strides).sum(axis=-1)).astype(cell)  # (rows, marginals)
     old = table[chosen, column]
-    here = base + old[:, None] * stride
-    line = difference[base[:, :, None] + np.arange(size) * stride[:, None]]  # (rows, marginals, values)
-    leave = difference[here]
+    here = base + old[:, None].astype(cell) * stride
     # At the row's own value the two terms meet in one cell, |d + 1| + |d - 1| - 2 |d| >= 0: never proposed.
-    gains = (np.abs(line + 1) - np.abs(line)).sum(axis=1) + (np.abs(leave - 1) - np.abs(leave)).sum(axis=1)[:, None]
+    gains = np.empty((rows, size))
+    for value in range(size):  # (rows, marginals) at a time: contiguous sums, no (rows, marginals, values) array
+        gains[:, value] = distance.arriving[base + cell(value) * stride].sum(axis=1)
+    gains += distance.leaving[here].sum(axis=1)[:, None]
     best = gains.argmin(axis=1)
     gain = gains[np.arange(rows), best]
     weighed = max(ROUND_COST, rows * offsets.size * size)
@@ -225,12 +256,11 @@ def _round(
     if not proposed.size:
         return 0, weighed
     proposed = proposed[np.lexsort((source.uint32(proposed.size), gain[proposed]))]  # best first, ties at random
-    leaving, arriving = here[proposed], base[proposed] + best[proposed, None] * stride
-    cells, inverse = _distinct(np.concatenate([leaving, arriving], axis=1).ravel(), difference.size)
-    room = np.maximum(1, np.floor(np.abs(difference[cells]))).astype(np.int64)
+    leaving, arriving = here[proposed], base[proposed] + best[proposed, None].astype(cell) * stride
+    cells, inverse = _distinct(np.concatenate([leaving, arriving], axis=1).ravel(), distance.difference.size)
+    room = np.maximum(1, np.floor(np.abs(distance.difference[cells]))).astype(np.int64)
     kept = _kept(inverse.reshape(proposed.size, -1), room)
-    np.subtract.at(difference, leaving[kept].ravel(), 1.0)
-    np.add.at(difference, arriving[kept].ravel(), 1.0)
+    distance.move(leaving[kept].ravel(), arriving[kept].ravel())
     table[chosen[proposed[kept]], column] = best[proposed[kept]]
     return int(kept.sum()), weighed
 
@@ -239,22 +269,24 @@ def _kept(touches: np.ndarray, room: np.ndarray) -> np.ndarray:
     """Which proposals to keep, each a row of the cells it ``touches`` (rows in priority order), so that no
     cell takes more than its ``room``: in each of at most ``PASSES`` passes, a proposal is kept when it is
     among the first ``room`` left of every cell it touches, and dropped once one of them is full."""
-    kept = np.zeros(touches.shape[0], bool)
-    alive = np.arange(touches.shape[0])
+    proposals, width = touches.shape
+    kept, alive = np.zeros(proposals, bool), np.ones(proposals, bool)
+    flat = touches.ravel()
+    order = stable_order(flat)  # sorted once: dropping proposals keeps each cell's touches in priority order
+    cell, owner = flat[order], order // width
     for _ in range(PASSES):
-        if not alive.size:
+        if not cell.size:
             break
-        flat = touches[alive].ravel()
-        by_cell = stable_order(flat)  # within a cell, in priority order
-        ordered = flat[by_cell]
-        starts = np.flatnonzero(np.diff(ordered, prepend=-1))
-        rank = np.empty(flat.size, np.int64)
-        rank[by_cell] = np.arange(flat.size) - np.repeat(starts, np.diff(np.append(starts, flat.size)))
-        fits = (rank < room[flat]).reshape(alive.size, -1).all(axis=1)
-        kept[alive[fits]] = True
-        np.subtract.at(room, touches[alive[fits]].ravel(), 1)
-        alive = alive[~fits]
-        alive = alive[(room[touches[alive]] > 0).all(axis=1)]
+        starts = np.flatnonzero(np.diff(cell, prepend=-1))
+        rank = np.arange(cell.size) - np.repeat(starts, np.diff(np.append(starts, cell.size)))
+        fits = alive.copy()
+        fits[owner[rank >= room[cell]]] = False
+        kept |= fits
+        room -= np.bincount(cell[fits[owner]], minlength=room.size)
+        alive &= ~fits
+        alive[owner[room[cell] <= 0]] = False
+        left = alive[owner]
+        cell, owner = cell[left], owner[left]
     return kept
 
 
@@ -262,7 +294,7 @@ def _distinct(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` for ints in [0, ``bound``): the distinct values, sorted, and each
     value's index among them; by a table of ``bound`` marks rather than a sort where ``bound`` is not far above the
     values' count (a round's cells: a sort of them took a third of the row fitting's time)."""
-    if bound > 8 * values.size + 2**16:
+    if bound > 2 * values.size + 2**16:
         distinct, inverse = np.unique(values, return_inverse=True)
         return distinct, inverse.ravel()
     present = np.zeros(bound, bool)

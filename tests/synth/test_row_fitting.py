@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import tracemalloc
 
@@ -66,12 +67,15 @@ def test_every_round_brings_the_rows_closer_by_exactly_what_it_kept():
     rows = {c: np.minimum(rng.integers(0, 2, 2_000), size - 1) for c, size in DOMAIN.items()}
     table = np.stack([rows[c] for c in DOMAIN], axis=1)
     layout = row_fitting._Layout(DOMAIN, WORKLOAD)
-    difference = layout.difference(table, probabilities)
-    source, previous, kept = random_source(4), np.abs(difference).sum(), 0
+    distance = row_fitting._Distance(layout.difference(table, probabilities))
+    source, previous, kept = random_source(4), np.abs(distance.difference).sum(), 0
     for _ in range(3):
         for column in range(len(DOMAIN)):
-            kept += row_fitting._round(table, column, difference, layout, source)[0]
-            np.testing.assert_allclose(difference, layout.difference(table, probabilities), atol=1e-9)
+            kept += row_fitting._round(table, column, distance, layout, source)[0]
+            difference = layout.difference(table, probabilities)
+            np.testing.assert_allclose(distance.difference, difference, atol=1e-9)
+            np.testing.assert_allclose(distance.arriving, np.abs(difference + 1) - np.abs(difference), atol=1e-9)
+            np.testing.assert_allclose(distance.leaving, np.abs(difference - 1) - np.abs(difference), atol=1e-9)
             assert np.abs(difference).sum() <= previous + 1e-9
             previous = np.abs(difference).sum()
     assert kept > 100
@@ -122,11 +126,41 @@ def test_a_cell_takes_only_the_moves_that_keep_each_kept_gain_exact():
     domain, workload = {"a": 3}, [("a",)]
     table = np.zeros((20, 1), np.int64)
     layout = row_fitting._Layout(domain, workload)
-    difference = layout.difference(table, lambda m: np.array([0.85, 0.075, 0.075]))
-    for distance, counts in ((4.0, [19, 1, 0]), (2.0, [18, 1, 1])):
-        kept, _ = row_fitting._round(table, 0, difference, layout, random_source(13))
-        assert kept == 1 and np.abs(difference).sum() == pytest.approx(distance)
+    distance = row_fitting._Distance(layout.difference(table, lambda m: np.array([0.85, 0.075, 0.075])))
+    for l1, counts in ((4.0, [19, 1, 0]), (2.0, [18, 1, 1])):
+        kept, _ = row_fitting._round(table, 0, distance, layout, random_source(13))
+        assert kept == 1 and np.abs(distance.difference).sum() == pytest.approx(l1)
         assert np.bincount(table[:, 0], minlength=3).tolist() == counts
+
+
+def _kept_one_by_one(touches: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """``_kept``'s rule, a proposal and a cell at a time: each pass ranks every touch among the live proposals'
+    touches of its cell, in priority order."""
+    room, kept, alive = room.copy(), np.zeros(len(touches), bool), list(range(len(touches)))
+    for _ in range(row_fitting.PASSES):
+        seen, fits = collections.Counter(), []
+        for p in alive:
+            ranks = []
+            for c in touches[p]:
+                ranks.append(seen[c])
+                seen[c] += 1
+            if all(r < room[c] for r, c in zip(ranks, touches[p], strict=True)):
+                fits.append(p)
+        for p in fits:
+            kept[p] = True
+            for c in touches[p]:
+                room[c] -= 1
+        alive = [p for p in alive if not kept[p] and all(room[c] > 0 for c in touches[p])]
+    return kept
+
+
+def test_kept_is_its_rule_applied_one_proposal_at_a_time():
+    """Many proposals crowding few cells (a cell touched twice by one proposal too), over several passes."""
+    rng = np.random.default_rng(15)
+    for _ in range(100):
+        touches = rng.integers(0, 10, (int(rng.integers(1, 60)), int(rng.integers(1, 5))))
+        room = rng.integers(1, 4, 10)
+        assert np.array_equal(row_fitting._kept(touches, room.copy()), _kept_one_by_one(touches, room))
 
 
 def test_kept_proposals_never_overfill_a_cell_and_the_first_is_always_kept():
