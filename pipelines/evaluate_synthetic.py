@@ -236,7 +236,16 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
         tables = [table_codes(path, chosen, domain_path, delimiter, share=min(1.0, learning.MAX_ROWS / max(rows, 1)))
                   for path, rows in ((real, result["rows"]["real"]), (synthetic, synthetic_rows))]  # fmt: skip
         result["learning"] = learning.train_on_synthetic(*tables, domains.domain_sizes(chosen), target)
+        result["learning"]["synthesized_for"] = _synthesized_for(released, target)
     return result
+
+
+def _synthesized_for(released: dict | None, target: str) -> str | None:
+    """What the manifest says the rows were synthesized for, where that is not ``target``: "column X" or "no target"
+    (the generator then kept no model of it in particular); None where it is ``target`` or there is no manifest."""
+    if released is None or released.get("target") == target:
+        return None
+    return "no target" if released.get("target") is None else f"the target {released['target']!r}"
 
 
 def independent(counts: dict, marginal: tuple[str, ...]) -> np.ndarray:
@@ -318,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.target}, held-out real rows: AUC {_score(synthetic['auc'])} trained on the synthetic rows, "
               f"{_score(real['auc'])} on the other real rows; accuracy {synthetic['accuracy']:.3f} and "
               f"{real['accuracy']:.3f} (the most common class: {learned['majority_class_accuracy']:.3f})")  # fmt: skip
+        if learned["synthesized_for"] is not None:
+            print(f"note: the synthetic rows were synthesized for {learned['synthesized_for']} (their manifest), "
+                  f"not --target {args.target!r}", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -139,6 +139,10 @@ def _learning(result: dict) -> str:
         rows.append(f"<tr><th>{escape(name)}</th><td>{scores['rows']:,}</td>{auc}"
                     f"{_number(scores['accuracy'], id=f'{key}-accuracy', tag='td')}</tr>")  # fmt: skip
     held = learned["held_out"]
+    mismatch = ""
+    if learned.get("synthesized_for"):
+        mismatch = (f'\n<p class="note" id="synthesized-for">The synthetic rows were synthesized for '
+                    f"{escape(learned['synthesized_for'])} (their manifest), not this one.</p>")  # fmt: skip
     return f"""<h2>Learning: train on synthetic, test on real</h2>
 <table id="learning"><thead><tr><th>trained on</th><th>rows</th><th>AUC</th><th>accuracy</th></tr></thead>
 <tbody>{"".join(rows)}</tbody></table>
@@ -146,8 +150,9 @@ def _learning(result: dict) -> str:
 {escape(learned["classifier"])}, scored on {held["rows"]:,} real rows held out ({held["share"]:.0%}, seed
 {held["seed"]}); always guessing the most common class scores an accuracy of
 {_number(learned["majority_class_accuracy"], id="majority-accuracy")}. The synthetic table was drawn from all the
-real rows, the held-out ones too: its score is a little optimistic (by at most what its privacy allows). Rows are
-held out, not privacy units: one unit's rows may fall on both sides, which flatters the ceiling a little.</p>"""
+real rows, the held-out ones too: its score is a little optimistic (by at most what its privacy allows). Rows
+are held out, not privacy units: one unit's rows may fall on both sides, which flatters the ceiling a
+little.</p>{mismatch}"""
 
 
 def _column_figures(result: dict) -> str:

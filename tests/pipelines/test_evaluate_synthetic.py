@@ -6,12 +6,15 @@ import itertools
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from public_tables import DATA
 
+from beam_expmech.io.release_files import manifest_path
 from pipelines import evaluate_synthetic, learning
 
 NLTCS = DATA / "nltcs"
@@ -144,6 +147,27 @@ def test_a_target_adds_what_the_rows_teach_a_classifier_of_it(tmp_path):
     refused = run_evaluate(str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(sample),
                            "--columns", columns, "--target", "walking")  # fmt: skip
     assert refused.returncode == 2 and "--target 'walking' must be one of the columns evaluated" in refused.stderr
+
+
+@pytest.mark.parametrize(("synthesized_for", "said"), [
+    ("bathing", None), ("eating", "the target 'eating'"), (None, "no target"), ("no manifest", None),
+])  # fmt: skip
+def test_a_target_other_than_the_manifests_is_said(tmp_path, capsys, synthesized_for, said):
+    """A classifier of a column the rows were not synthesized for scores what they were not made for: said on
+    stderr and in the JSON, not where the manifest names that target or there is none."""
+    lines = (NLTCS / "nltcs.csv").read_text().splitlines()
+    (tmp_path / "published").mkdir()
+    sample = tmp_path / "published" / "sample.csv"
+    sample.write_text("\n".join(lines[:1001]) + "\n")
+    if synthesized_for != "no manifest":
+        Path(manifest_path(str(sample))).write_text(json.dumps({"generator": "aim", "target": synthesized_for}))
+    code = evaluate_synthetic.main([str(NLTCS / "nltcs.csv"), str(NLTCS / "domain.json"), str(sample), "--columns",
+                                    ",".join(lines[0].split(",")[:6]), "--target", "bathing", "--json",
+                                    str(tmp_path / "owner" / "e.json")])  # fmt: skip
+    assert code == 0
+    assert json.loads((tmp_path / "owner" / "e.json").read_text())["learning"]["synthesized_for"] == said
+    note = f"note: the synthetic rows were synthesized for {said} (their manifest), not --target 'bathing'"
+    assert (note in capsys.readouterr().err) == (said is not None)
 
 
 def test_learning_samples_a_large_table_as_it_reads_it(tmp_path, monkeypatch):

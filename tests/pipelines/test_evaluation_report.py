@@ -206,6 +206,11 @@ def test_the_learning_section_trains_on_the_synthetic_rows_and_on_real_ones(eval
     assert learned["target"] == "smoker" and learned["held_out"]["rows"] == 400
     assert learned["trained_on_real"]["rows"] == 1_600 and learned["trained_on_synthetic"]["rows"] == 1_200
     assert learned["trained_on_real"]["auc"] > learned["trained_on_synthetic"]["auc"] + 0.05
+    assert learned["synthesized_for"] is None  # no manifest to say otherwise
+    said = json.loads(json.dumps(result))
+    said["learning"]["synthesized_for"] = "no target"
+    assert 'id="synthesized-for">The synthetic rows were synthesized for no target' in evaluation_report.render(said)
+    assert "synthesized-for" not in evaluation_report.render(result)
 
 
 def test_the_number_check_sees_a_wrong_number(evaluated):
