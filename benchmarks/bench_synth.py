@@ -1,8 +1,9 @@
 """Synthetic data: workload error and time of our generators beside reference ones, in one run.
 
     python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
-        [--seeds 3] [--no-reference | --references mst,aim] [--no-ours | --ours auto,aim,mwem,independent,...]
+        [--seeds 3] [--no-reference | --references mst,aim,pgm-mst,pgm-aim] [--no-ours | --ours auto,aim,...]
         [--reference-aim-rounds 8,nltcs=16]
+        [--pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128]]
     python -m benchmarks.bench_synth --write-wide DIR    (the wide table as Parquet, for pipelines.synthesize)
 
 Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
@@ -63,9 +64,17 @@ each table, a comment line gives the process's peak RSS so far) of
   ref MST      OpenDP 0.16 ``opendp.extras.mbi.MST()`` (mbi 1.1.0, Private-PGM mirror descent), same rho
   ref AIM      OpenDP 0.16 ``opendp.extras.mbi.AIM(rounds=T)``, same rho; T is 16 d unless
                ``--reference-aim-rounds`` caps it (the label then reads "ref AIM T=...")
+  pgm MST      Private-PGM's own mechanisms/mst.py at master (4d2b3c5), with the mbi of that tree, same rho
+               (benchmarks.private_pgm: run under its own interpreter, only with ``--pgm-python`` and
+               ``--pgm-source``, which also add these two to the default ``--references``)
+  pgm AIM      Private-PGM's own mechanisms/aim.py, same rho, every 3-way marginal its workload, max_model_size
+               80 MB; T is 16 d, Private-PGM's own default and OpenDP's, unless ``--pgm-aim-rounds`` caps it
+               ("pgm AIM T=..."): the 1-ways AIM measures first take 0.9 d / T of rho (5.6% at 16 d; 84% at
+               T = 16 on 15 columns), so a cap far below 16 d starves a wide table's 3-ways; and AIM halves
+               its noise as it goes, so it runs far fewer rounds than T on small tables (5 of 128 on penguins)
   independent  noisy 1-way marginals (discrete Laplace, epsilon / d each), pure epsilon-DP
   1,000 rows   1,000 real rows sampled (not private: for scale; left out of tables of 1,000 rows or fewer)
-How the references run: ``dp.Context.compositor(data, privacy_unit=dp.unit_of(contributions=1),
+How OpenDP's references run: ``dp.Context.compositor(data, privacy_unit=dp.unit_of(contributions=1),
 privacy_loss=dp.loss_of(rho=rho))``, one query ``.contingency_table(keys={column: range(size)},
 algorithm=...)``, released once. Their model marginals are ``ContingencyTable.project``, with the null
 key OpenDP adds last to every column dropped and the rest renormalised. Their rows are mbi's
@@ -74,9 +83,12 @@ whose default ``method="round"`` assigns values by row order within each parent 
 correlates unrelated columns; each null cell is then replaced by a draw from its column's own
 synthetic non-null values. If OpenDP's MST refuses its own budget split ("insufficient budget for
 query"; it does on these tables), each share is stepped down 3 ulps below OpenDP's own split, and if
-it still refuses, 24 then 48 ulps, the run retried (a line says so).
+it still refuses, 24 then 48 ulps, the run retried (a line says so). Private-PGM's references are read the
+same way, from the log-potentials and rows their process hands back (benchmarks.private_pgm: how their budget is
+made ours exactly, and what their seconds include).
 The marginals are counted with numpy here (the Beam pass is the same counts); seeds make our draws
-repeatable and NOT private (OpenDP's noise is its own; mbi's sampling is seeded).
+repeatable and NOT private (OpenDP's noise is its own; mbi's sampling is seeded; Private-PGM's noise and
+sampling are seeded too, numpy's global generator in its process).
 """
 
 from __future__ import annotations
@@ -92,7 +104,7 @@ import math
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -111,6 +123,7 @@ from beam_expmech.synth.graphical_model import GraphicalModel
 from beam_expmech.synth.mwem import mwem
 from beam_expmech.synth.naive_bayes import naive_bayes
 from beam_expmech.synth.row_fitting import synthetic_rows
+from benchmarks import private_pgm
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 DELTA = 1e-9
@@ -439,12 +452,9 @@ def reference(batch: pa.RecordBatch, domain: dict[str, int], rho: float, method:
                 raise
             print(f"# ref MST refused its budget split with shares {ulps} ulps down; trying more", flush=True)
     model = table.model
-    # mbi's own projection (``table.project``) runs variable elimination in JAX per marginal: minutes a table
-    # of 455 3-way marginals. Its log-potentials in our model give the same marginals (float rounding).
     potentials = model.potentials
-    ours = GraphicalModel.of_log_potentials(
-        potentials.domain.config,
-        [(f.domain.attributes, np.asarray(f.values, dtype=np.float64)) for f in potentials.arrays.values()],
+    ours = log_potential_model(
+        potentials.domain.config, [(f.domain.attributes, f.values) for f in potentials.arrays.values()]
     )
 
     def marginal(columns):
@@ -465,6 +475,52 @@ def reference(batch: pa.RecordBatch, domain: dict[str, int], rho: float, method:
         return out
 
     return Fitted(marginal, sample)
+
+
+def log_potential_model(sizes: dict[str, int], factors: Iterable[tuple[Sequence[str], np.ndarray]]) -> GraphicalModel:
+    """An mbi model (OpenDP's or Private-PGM's) as ours, from its log-potentials ((columns, values) a factor):
+    the same marginals to float rounding, where mbi's own projection runs variable elimination in JAX per
+    marginal (minutes a table of 455 3-way marginals)."""
+    return GraphicalModel.of_log_potentials(
+        sizes, [(tuple(columns), np.asarray(values, dtype=np.float64)) for columns, values in factors]
+    )
+
+
+def pgm_reference(
+    pgm: private_pgm.PrivatePgm,
+    batch: pa.RecordBatch,
+    domain: dict[str, int],
+    method: str,
+    *,
+    epsilon: float,
+    rho: float,
+    seed: int,
+    rounds: int | None,
+    label: str,
+) -> Fitted:
+    """Private-PGM's own MST or AIM (``benchmarks.private_pgm``) at exactly ``rho``, in its own process. Model
+    marginals: from its log-potentials, as OpenDP's. Rows: drawn in that process with the fit (mbi's
+    ``synthetic_data(rows, method="sample")``, as many as the table has, from numpy's generator seeded with
+    ``seed``); ``sample`` hands them back, for that count only."""
+    fit = pgm.run(
+        method,
+        {c: batch.column(c).to_numpy() for c in domain},
+        domain,
+        epsilon=epsilon,
+        delta=DELTA,
+        rho=rho,
+        seed=seed,
+        rounds=rounds,
+    )
+    private_pgm.report(label, fit)
+    model = log_potential_model(domain, fit.factors)
+
+    def sample(rows: int, _seed: int) -> dict[str, np.ndarray]:
+        if rows != batch.num_rows:
+            raise ValueError(f"{label} drew {batch.num_rows} rows with its fit, not {rows}")
+        return fit.rows
+
+    return Fitted(model.marginal, sample)
 
 
 def _stepped_down(prior, ulps: int, value: float) -> float:
@@ -490,8 +546,12 @@ def generator_arguments(parser: argparse.ArgumentParser, datasets: list[str], ou
     parser.add_argument("--datasets", default=",".join(datasets))
     parser.add_argument("--epsilons", default="1.0,0.3")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--no-reference", action="store_true", help="skip OpenDP's MST and AIM")
-    parser.add_argument("--references", default="mst,aim", help="which of OpenDP's MST and AIM to run")
+    parser.add_argument("--no-reference", action="store_true", help="skip the references (OpenDP's, Private-PGM's)")
+    parser.add_argument(
+        "--references",
+        help="which of OpenDP's MST and AIM (mst, aim) and Private-PGM's (pgm-mst, pgm-aim) to run; default mst,aim "
+        "and, with --pgm-python and --pgm-source, pgm-mst,pgm-aim",
+    )
     parser.add_argument("--no-ours", action="store_true", help="run the references only (a run split in parts)")
     parser.add_argument("--ours", default=",".join(ours), help="which of ours and the baselines to run")
     parser.add_argument(
@@ -499,11 +559,29 @@ def generator_arguments(parser: argparse.ArgumentParser, datasets: list[str], ou
         default="",
         help="OpenDP AIM's T: a number for every dataset and/or NAME=T for one (default 16 d)",
     )
+    private_pgm.add_arguments(parser)
 
 
-def reference_aim_rounds(args: argparse.Namespace) -> Callable[[str], int | None]:
-    """A table's OpenDP AIM rounds, from --reference-aim-rounds (None: OpenDP's default)."""
-    items = [item for item in args.reference_aim_rounds.split(",") if item]
+def parse_generator_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """``parser.parse_args()``, then the references settled: ``references`` the set to run, ``pgm`` Private-PGM
+    (None without its flags: its references are then dropped, and a line says so)."""
+    args = parser.parse_args()
+    args.pgm = private_pgm.configured(parser, args)
+    default = "mst,aim" if args.pgm is None else "mst,aim,pgm-mst,pgm-aim"
+    references = set() if args.no_reference else set((args.references or default).split(","))
+    if unknown := references - {"mst", "aim", *private_pgm.METHODS}:
+        parser.error(f"--references: unknown {', '.join(sorted(unknown))}")
+    if args.pgm is None and not args.no_reference:
+        print("# Private-PGM's MST and AIM skipped: no --pgm-python and --pgm-source", flush=True)
+        references -= set(private_pgm.METHODS)
+    args.references = references
+    return args
+
+
+def aim_rounds(flag: str) -> Callable[[str], int | None]:
+    """A table's AIM rounds from a flag's value (--reference-aim-rounds, --pgm-aim-rounds): a number for every
+    table and/or NAME=T for one (None: the mechanism's default)."""
+    items = [item for item in flag.split(",") if item]
     by_table = {k: int(v) for k, v in (item.split("=") for item in items if "=" in item)}
     default = next((int(item) for item in items if "=" not in item), None)
     return lambda name: by_table.get(name, default)
@@ -513,11 +591,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     generator_arguments(parser, DATASETS, OURS)
     parser.add_argument("--write-wide", metavar="DIR", help="write the wide table for pipelines.synthesize and stop")
-    args = parser.parse_args()
+    args = parse_generator_arguments(parser)
     if args.write_wide:
         write_wide(Path(args.write_wide))
         return
-    rounds_of = reference_aim_rounds(args)
+    rounds_of, pgm_rounds_of = aim_rounds(args.reference_aim_rounds), aim_rounds(args.pgm_aim_rounds)
     print(
         f"{'dataset':<13} {'epsilon':>7} {'method':<16} {'model avg':>9} {'model max':>9} "
         f"{'rows avg':>9} {'rows max':>9} {'seconds':>8}",
@@ -535,8 +613,9 @@ def main() -> None:
             rows: dict[str, list] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(
-                    batch, domain, ordered, true, one_way, epsilon, rho, seed, args, rounds_of(name)
-                ):
+                    batch, domain, ordered, true, one_way, epsilon, rho, seed, args, rounds_of(name),
+                    pgm_aim_rounds=pgm_rounds_of(name),
+                ):  # fmt: skip
                     start = time.perf_counter()
                     fitted = fit()
                     sampled = fitted.sample(batch.num_rows, seed)
@@ -565,10 +644,12 @@ def write_wide(directory: Path) -> None:
     print(f"wrote {batch.num_rows:,} rows to {directory / 'wide.parquet'} and {directory / 'domain.json'}")
 
 
-def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_aim_rounds, target=None):
-    """(method, fit) pairs: each fit runs one generator and returns it as a Fitted. ``target``: the column a
-    model will predict (bench_tstr), which auto is told and naive Bayes needs."""
-    references = set() if args.no_reference else set(args.references.split(","))
+def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, ref_aim_rounds, target=None,
+               pgm_aim_rounds=None):  # fmt: skip
+    """(method, fit) pairs: each fit runs one generator and returns it as a Fitted. ``args``: as
+    ``parse_generator_arguments`` leaves them. ``target``: the column a model will predict (bench_tstr), which
+    auto is told and naive Bayes needs."""
+    references = args.references
     ours = set() if args.no_ours else set(args.ours.split(","))
     if "auto" in ours:
         yield (
@@ -592,6 +673,12 @@ def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, 
     if "aim" in references:
         label = "ref AIM" if ref_aim_rounds is None else f"ref AIM T={ref_aim_rounds}"
         yield label, lambda: reference(batch, domain, rho, "aim", ref_aim_rounds)
+    for name, method in private_pgm.METHODS.items():
+        if name in references:
+            rounds = pgm_aim_rounds if method == "aim" else None
+            label = f"pgm {method.upper()}" + ("" if rounds is None else f" T={rounds}")
+            yield label, functools.partial(pgm_reference, args.pgm, batch, domain, method, epsilon=epsilon, rho=rho,
+                                           seed=seed, rounds=rounds, label=label)  # fmt: skip
     if "independent" in ours:
         yield "independent", lambda: _ours(independent_marginals(one_way, epsilon=epsilon, rng=seed)[0], domain,
                                            list(true))  # fmt: skip

@@ -1,19 +1,21 @@
 """Train on synthetic, test on real (issue 38): what the released rows are worth to a model.
 
     python -m benchmarks.bench_tstr [--datasets titanic,fair,...] [--epsilons 1.0,0.3] [--seeds 3]
-        [--references mst,aim | --no-reference] [--ours auto,mwem,independent] [--reference-aim-rounds 8,nltcs=16]
+        [--references mst,aim,pgm-mst,pgm-aim | --no-reference] [--ours auto,mwem,independent]
+        [--reference-aim-rounds 8,nltcs=16] [--pgm-python PYTHON --pgm-source TREE [--pgm-aim-rounds 64,nltcs=128]]
 
 For each table with a natural target (``TARGETS``: the column, and which of its codes make the label), the
 real rows are split once, 80/20, by a fixed seed (``SPLIT_SEED``), before any synthesis. Each generator
 then synthesizes from the 80% at (epsilon, delta = 1e-9) and draws as many rows as the 80% holds, as
 bench_synth runs it (``bench_synth.generators``: ours, auto told the target (``--target``) and mwem; "naive
-bayes" forced whatever z, for tuning auto's threshold; the independent 1-ways; OpenDP's MST and AIM);
+bayes" forced whatever z, for tuning auto's threshold; the independent 1-ways; OpenDP's MST and AIM; with
+``--pgm-python`` and ``--pgm-source``, Private-PGM's own MST and AIM, benchmarks.private_pgm);
 scikit-learn's HistGradientBoostingClassifier (its defaults, random_state 0; every other column a
 number, its code) is trained on those rows and scored on the real 20%: AUC (for more than two classes the
 mean over the classes of each class's one-against-the-rest AUC, "macro") and accuracy. A model trained on
 synthetic rows of one label only predicts that label (AUC 0.5). In the same run, the ceiling: the same
 model trained on the real 80%. Medians over the seeds (each seed a new synthesis; the split stays).
-Seeds make our draws repeatable and NOT private (OpenDP's noise is its own).
+Seeds make our draws repeatable and NOT private (OpenDP's noise is its own; Private-PGM's is seeded).
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ import numpy as np
 import pyarrow as pa
 
 from beam_expmech.accounting import epsilon_to_zcdp
-from benchmarks.bench_synth import DELTA, counts, generator_arguments, generators, load, reference_aim_rounds
+from benchmarks.bench_synth import (
+    DELTA,
+    aim_rounds,
+    counts,
+    generator_arguments,
+    generators,
+    load,
+    parse_generator_arguments,
+)
 
 SPLIT_SEED = 0
 # table: (the target column, its codes -> the label; None: the codes themselves)
@@ -79,8 +89,8 @@ def scores(train: tuple, test: tuple) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     generator_arguments(parser, list(TARGETS), ["auto", "mwem", "independent"])
-    args = parser.parse_args()
-    rounds_of = reference_aim_rounds(args)
+    args = parse_generator_arguments(parser)
+    rounds_of, pgm_rounds_of = aim_rounds(args.reference_aim_rounds), aim_rounds(args.pgm_aim_rounds)
     print(f"{'dataset':<13} {'target':<12} {'epsilon':>7} {'trained on':<16} {'AUC':>6} {'accuracy':>8} {'seconds':>8}",
           flush=True)  # fmt: skip
     for name in args.datasets.split(","):
@@ -103,7 +113,8 @@ def main() -> None:
             runs: dict[str, list] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(train, domain, ordered, true, one_way, epsilon, rho, seed, args,
-                                              rounds_of(name), target=target):  # fmt: skip
+                                              rounds_of(name), target=target,
+                                              pgm_aim_rounds=pgm_rounds_of(name)):  # fmt: skip
                     start = time.perf_counter()
                     rows = fit().sample(train.num_rows, seed)
                     seconds = time.perf_counter() - start
