@@ -71,7 +71,7 @@ each table, a comment line gives the process's peak RSS so far) of
                80 MB; T is 16 d, Private-PGM's own default and OpenDP's, unless ``--pgm-aim-rounds`` caps it
                ("pgm AIM T=..."): the 1-ways AIM measures first take 0.9 d / T of rho (5.6% at 16 d; 84% at
                T = 16 on 15 columns), so a cap far below 16 d starves a wide table's 3-ways; and AIM halves
-               its noise as it goes, so it runs far fewer rounds than T on small tables (5 of 128 on penguins)
+               its noise as it goes, so it runs far fewer rounds than T on small tables (4 to 7 of 128 on penguins)
   independent  noisy 1-way marginals (discrete Laplace, epsilon / d each), pure epsilon-DP
   1,000 rows   1,000 real rows sampled (not private: for scale; left out of tables of 1,000 rows or fewer)
 How OpenDP's references run: ``dp.Context.compositor(data, privacy_unit=dp.unit_of(contributions=1),

@@ -38,8 +38,10 @@ marginals it measures first take 0.9 d / T of it, 5.6% at T = 16 d on any table 
 columns, which would leave a wide table's 3-way structure almost nothing; so a cap should stay near 16 d,
 and never below 4 d (22.5%). AIM then measures until its budget is spent, halving its noise whenever a
 round barely moves the model, so the rounds it runs are far fewer than T on small tables (penguins, 342
-rows, epsilon 1: 5 of 128) and the time grows with the rows: each round refits the model (1,000 mirror
-descent steps, JAX recompiling for each new set of cliques), about 5 to 20 s.
+rows, epsilon 1: 4 to 7 of 128; fair, 6,366 rows: 14 of 144) and the time grows with the rows: each round
+refits the model (1,000 mirror descent steps, JAX recompiling for each new set of cliques), about 6 s on
+penguins and 12 s on fair (2 busy cores). So no cap by default: on the small tables AIM's own budget ends it
+within a few minutes, and a cap would only move rho to the 1-ways; ``--pgm-aim-rounds`` is for long runs.
 
 Seeds: the runner seeds numpy's global generator with the bench's seed (their noise, exponential
 mechanism and sampling all draw from it), and runs with PYTHONHASHSEED=0, since AIM lists its candidate
