@@ -55,9 +55,9 @@ def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -
 
     The codes drawn (each column in its ``sampling.code_dtype``) stay held until the search ends. Drawing holds
     ``sampling.ROW_BYTES`` a row more; then the search holds its table of the codes (one type for all
-    columns), three words on every workload cell (``_Distance``), and either the working arrays of
-    ``_Layout.difference`` (two words a row, two of the largest marginal), or two words a cell while
-    ``_Distance`` is made, or those of its largest round (``_round_bytes``).
+    columns), its layout of the workload (``_Layout``), three words on every workload cell (``_Distance``), and
+    either the working arrays of ``_Layout.difference`` (two words a row, two of the largest marginal), or two
+    words a cell while ``_Distance`` is made, or those of its largest round (``_round_bytes``).
     """
     drawn = sum(sampling.code_dtype(size).itemsize for size in domain.values())
     width = sampling.code_dtype(max(domain.values(), default=1)).itemsize
@@ -67,6 +67,10 @@ def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -
         for c in m:
             holding[c], others[c] = holding[c] + 1, max(others[c], len(m) - 1)
     shapes = [(holding[c], others[c], domain[c]) for c in domain if holding[c] and domain[c] >= 2]
+    # _Layout: each column's marginals (their offsets, strides and other columns: 2 M W + 2 M words), and Python's
+    # objects (arrays and list entries: under 400 bytes a marginal and 600 a column, measured), and 64 KiB besides
+    layout = 8 * sum(2 * holding[c] * others[c] + 2 * holding[c] for c in domain)
+    layout += 400 * len(marginals) + 600 * len(domain) + 2**16
 
     def bound(rows: int) -> int:
         if not domain or rows < 1:
@@ -75,7 +79,7 @@ def memory_bound(domain: dict[str, int], marginals: Sequence[tuple[str, ...]]) -
             return rows * (drawn + sampling.ROW_BYTES)
         differences = 8 * max(2 * max(cells) + 2 * rows, 2 * sum(cells))
         rounds = max((_round_bytes(*shape, rows, width, len(domain)) for shape in shapes), default=0)
-        search = rows * len(domain) * width + 3 * 8 * sum(cells) + max(differences, rounds)
+        search = rows * len(domain) * width + layout + 3 * 8 * sum(cells) + max(differences, rounds)
         return rows * drawn + max(rows * sampling.ROW_BYTES, search)
 
     return bound
@@ -86,13 +90,13 @@ def _round_bytes(m: int, w: int, size: int, rows: int, width: int, columns: int)
     (``w`` other columns each at most) with ``size`` values: 8-byte words a chosen row, at the largest of its
     three phases: the rows' cells (M W of its columns, and its whole row of the table), the gains (their V, and
     a value's M cells and gains at a time: about 5 M), and the proposals' cells sorted and ranked (``_distinct``
-    and ``_kept``: about 24 M, and ``_distinct``'s table of marks, at most 17 bytes for each of 2^16 cells
-    beyond its share of the 24 M); and the draw of the rows that propose."""
+    and ``_kept``: about 24 M, and ``_distinct``'s table of marks, 5 bytes for each of 2^16 cells beyond its
+    share of the 24 M); and the draw of the rows that propose."""
     proposing = max(1, ROUND_VALUES // (m * size))
     chosen = min(rows, proposing)
     words = max(24 * m, m * w * (1 + width / 8) + 2 * m + columns * width / 8)
     draws = 48 * proposing if rows > proposing else 8 * rows
-    return math.ceil(8 * chosen * (words + size + 4)) + draws + 17 * 2**16
+    return math.ceil(8 * chosen * (words + size + 4)) + draws + 5 * 2**16
 
 
 def fit_rows(
@@ -105,17 +109,21 @@ def fit_rows(
     progress: Progress | None = None,
 ) -> dict[str, np.ndarray]:
     """``codes`` ({column: codes of each row}) after the local search towards n ``probabilities(m)`` on each
-    workload marginal m (its axes in m's order): sweeps over the columns until a sweep moves no row, or ``WORK``
-    is spent. Post-processing: no data is read, no budget spent. ``progress`` is told the work spent of ``WORK``
-    after each column's rounds, and all of it when the search ends (it may end sooner: no row left to move)."""
+    workload marginal m (its axes in m's order): sweeps over the columns until sweeps move no row (one where every
+    row proposes each round; where a round's rows are drawn, as many as it takes each column's rounds to draw
+    about n rows), or ``WORK`` is spent. Post-processing: no data is read, no budget spent. ``progress`` is told
+    the work spent of ``WORK`` after each column's rounds, and all of it when the search ends (it may end sooner:
+    no row left to move)."""
     table = _table(codes, domain)
     columns = list(domain)
     if not table.size or not marginals:
         return {c: table[:, i] for i, c in enumerate(columns)}
     layout = _Layout(domain, marginals)
     distance = _Distance(layout.difference(table, probabilities))
-    work, moved = 0, True
-    while moved and work < WORK:
+    fewest = min((layout.proposing(c) for c in range(len(columns)) if layout.movable(c)), default=table.shape[0])
+    patience = math.ceil(table.shape[0] / fewest)  # sweeps without a move that end the search
+    work, idle = 0, 0
+    while idle < patience and work < WORK:
         moved = False
         for column in range(len(columns)):
             for _ in range(ROUNDS):
@@ -125,6 +133,7 @@ def fit_rows(
                     break
             if progress is not None and work < WORK:
                 progress(FITTING, float(work), float(WORK))
+        idle = 0 if moved else idle + 1
     if progress is not None:
         progress(FITTING, float(WORK), float(WORK))
     return {c: table[:, i] for i, c in enumerate(columns)}
@@ -182,10 +191,19 @@ class _Layout:
             index = np.zeros(table.shape[0], np.int64)  # each row's cell, a column at a time: no int64 table
             for position, stride in zip(positions, strides, strict=True):
                 index += table[:, position] * stride
-            counts = np.bincount(index, minlength=cells)
+            segment = out[offset : offset + cells]
+            segment[:] = np.bincount(index, minlength=cells)
             del index
-            out[offset : offset + cells] = counts - table.shape[0] * wanted.ravel()
+            segment -= table.shape[0] * wanted.ravel()  # in place: the model's marginal and one temporary
         return out
+
+    def movable(self, column: int) -> bool:
+        """Whether ``column`` can move: it is in a workload marginal and has two codes or more."""
+        return bool(self.around[column][0].size) and self.sizes[column] >= 2
+
+    def proposing(self, column: int) -> int:
+        """How many rows propose a value of ``column`` in a round (at most): ``ROUND_VALUES`` weighed."""
+        return max(1, ROUND_VALUES // (self.around[column][0].size * self.sizes[column]))
 
     def _around(self, column: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The marginals holding ``column``: their offsets, the column's stride in each, and the other
@@ -211,8 +229,10 @@ class _Distance:
 
     def __init__(self, difference: np.ndarray) -> None:
         self.difference = difference
-        self.arriving = np.abs(difference + 1) - np.abs(difference)
-        self.leaving = np.abs(difference - 1) - np.abs(difference)
+        self.arriving = np.abs(difference + 1)
+        self.arriving -= np.abs(difference)  # in place: one temporary a cell at most
+        self.leaving = np.abs(difference - 1)
+        self.leaving -= np.abs(difference)
 
     def move(self, leaving: np.ndarray, arriving: np.ndarray) -> None:
         """One row leaves each cell of ``leaving`` and one arrives in each of ``arriving`` (repeats counted)."""
@@ -229,19 +249,19 @@ def _round(
 ) -> tuple[int, int]:
     """One round of moves of ``column``'s values (``table`` and ``distance`` updated): how many were kept, and how
     many values were weighed."""
+    if not layout.movable(column):
+        return 0, 0
     offsets, stride, others, other_strides = layout.around[column]
     size = layout.sizes[column]
-    if not offsets.size or size < 2:
-        return 0, 0
     chosen = np.arange(table.shape[0])
-    proposing = max(1, ROUND_VALUES // (offsets.size * size))
+    proposing = layout.proposing(column)
     if chosen.size > proposing:  # a uniformly random subset of a larger table proposes (repeats merged)
         chosen = np.unique((source.uint32(proposing).astype(np.uint64) * np.uint64(chosen.size)) >> np.uint64(32))
         chosen = chosen.astype(np.int64)
     rows = chosen.size
     cell = layout.cell_type
     stride = stride.astype(cell)
-    base = (offsets + (table[chosen][:, others] * other_strides).sum(axis=-1)).astype(cell)  # (rows, marginals)
+    base = (offsets + (table[chosen[:, None, None], others] * other_strides).sum(axis=-1)).astype(cell)  # (rows, M)
     old = table[chosen, column]
     here = base + old[:, None].astype(cell) * stride
     # At the row's own value the two terms meet in one cell, |d + 1| + |d - 1| - 2 |d| >= 0: never proposed.
@@ -299,4 +319,6 @@ def _distinct(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
         return distinct, inverse.ravel()
     present = np.zeros(bound, bool)
     present[values] = True
-    return np.flatnonzero(present), (np.cumsum(present) - 1)[values]
+    index = np.cumsum(present, dtype=np.int32 if bound < 2**31 else np.int64)  # 5 bytes a cell with its marks
+    index -= 1
+    return np.flatnonzero(present), index[values]
