@@ -241,8 +241,9 @@ def evaluation(real: str, domain_path: str, synthetic: str, degree: int = 3, col
 
 
 def _synthesized_for(released: dict | None, target: str) -> str | None:
-    """What the manifest says the rows were synthesized for, where that is not ``target``: "column X" or "no target"
-    (the generator then kept no model of it in particular); None where it is ``target`` or there is no manifest."""
+    """What the manifest says the rows were synthesized for, where that is not ``target``: "the target 'X'" or "no
+    target" (the generator then kept no model of it in particular); None where it is ``target`` or there is no
+    manifest."""
     if released is None or released.get("target") == target:
         return None
     return "no target" if released.get("target") is None else f"the target {released['target']!r}"
