@@ -92,11 +92,16 @@ def _round_bytes(m: int, w: int, size: int, rows: int, width: int, columns: int)
     a value's M cells and gains at a time: about 5 M), and the proposals' cells sorted and ranked (``_distinct``
     and ``_kept``: about 24 M, and ``_distinct``'s table of marks, 5 bytes for each of 2^16 cells beyond its
     share of the 24 M); and the draw of the rows that propose."""
-    proposing = max(1, ROUND_VALUES // (m * size))
+    proposing = _proposing(m, size)
     chosen = min(rows, proposing)
     words = max(24 * m, m * w * (1 + width / 8) + 2 * m + columns * width / 8)
     draws = 48 * proposing if rows > proposing else 8 * rows
     return math.ceil(8 * chosen * (words + size + 4)) + draws + 5 * 2**16
+
+
+def _proposing(marginals: int, size: int) -> int:
+    """How many rows propose in a round for a column of ``size`` values in that many workload ``marginals``."""
+    return max(1, ROUND_VALUES // (marginals * size))
 
 
 def fit_rows(
@@ -203,7 +208,7 @@ class _Layout:
 
     def proposing(self, column: int) -> int:
         """How many rows propose a value of ``column`` in a round (at most): ``ROUND_VALUES`` weighed."""
-        return max(1, ROUND_VALUES // (self.around[column][0].size * self.sizes[column]))
+        return _proposing(self.around[column][0].size, self.sizes[column])
 
     def _around(self, column: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The marginals holding ``column``: their offsets, the column's stride in each, and the other
