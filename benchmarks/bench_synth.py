@@ -611,13 +611,16 @@ def main() -> None:
             print(f"# {name} {epsilon:g}: {batch.num_rows:,} rows, z = {z:.1f} (auto: independent under {SMALL_Z})",
                   flush=True)  # fmt: skip
             rows: dict[str, list] = {}
+            failed: dict[str, int] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(
                     batch, domain, ordered, true, one_way, epsilon, rho, seed, args, rounds_of(name),
                     pgm_aim_rounds=pgm_rounds_of(name),
                 ):  # fmt: skip
                     start = time.perf_counter()
-                    fitted = fit()
+                    run = f"{name} {epsilon:g} {method} seed {seed}"
+                    if (fitted := fit_or_report(fit, method, run, failed)) is None:
+                        continue
                     sampled = fitted.sample(batch.num_rows, seed)
                     seconds = time.perf_counter() - start
                     scores = (*errors(true, fitted.marginal), *row_errors(true, domain, sampled))
@@ -628,9 +631,28 @@ def main() -> None:
                 medians = np.median(runs, axis=0)  # the floor of issue 16 is on medians of seeds
                 scores = " ".join(f"{v:>9.4f}" for v in medians[:4])
                 seconds = medians[4]
-                print(f"{name:<13} {epsilon:>7g} {method:<16} {scores} {seconds:>8.1f}", flush=True)
+                print(f"{name:<13} {epsilon:>7g} {method:<16} {scores} {seconds:>8.1f}{failures(failed, method)}",
+                      flush=True)  # fmt: skip
+            for method in failed.keys() - rows.keys():
+                print(f"{name:<13} {epsilon:>7g} {method:<16} failed in every seed", flush=True)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         print(f"# {name}: peak RSS of this process so far {peak:,.0f} MiB", flush=True)
+
+
+def fit_or_report(fit: Callable[[], Fitted], method: str, run: str, failed: dict[str, int]) -> Fitted | None:
+    """``fit()``; None where Private-PGM's process failed (``private_pgm.PgmFailed``): a line names the ``run``
+    and its reason, and ``failed`` counts it under ``method``."""
+    try:
+        return fit()
+    except private_pgm.PgmFailed as failure:
+        failed[method] = failed.get(method, 0) + 1
+        print(f"# {run}: failed ({failure.reason}); left out of the medians", flush=True)
+        return None
+
+
+def failures(failed: dict[str, int], method: str) -> str:
+    """What a median line adds when some of its seeds failed (``fit_or_report``)."""
+    return f"  ({failed[method]} seed{'s' * (failed[method] > 1)} failed, left out)" if method in failed else ""
 
 
 def write_wide(directory: Path) -> None:

@@ -34,6 +34,8 @@ from benchmarks.bench_synth import (
     DELTA,
     aim_rounds,
     counts,
+    failures,
+    fit_or_report,
     generator_arguments,
     generators,
     load,
@@ -111,12 +113,16 @@ def main() -> None:
             z = train.num_rows * math.sqrt(2 * rho)  # what auto's rule reads, from a noisy count (synth.choice)
             print(f"# {name} {epsilon:g}: {train.num_rows:,} rows, z = {z:.1f}", file=sys.stderr, flush=True)
             runs: dict[str, list] = {}
+            failed: dict[str, int] = {}
             for seed in range(args.seeds):
                 for method, fit in generators(train, domain, ordered, true, one_way, epsilon, rho, seed, args,
                                               rounds_of(name), target=target,
                                               pgm_aim_rounds=pgm_rounds_of(name)):  # fmt: skip
                     start = time.perf_counter()
-                    rows = fit().sample(train.num_rows, seed)
+                    run = f"{name} {epsilon:g} {method} seed {seed}"
+                    if (fitted := fit_or_report(fit, method, run, failed)) is None:
+                        continue
+                    rows = fitted.sample(train.num_rows, seed)
                     seconds = time.perf_counter() - start
                     if name == "titanic":  # as the real rows: survival known
                         known = np.asarray(rows[target]) < 2
@@ -128,7 +134,9 @@ def main() -> None:
             for method, values in runs.items():
                 auc, accuracy, seconds = np.median(values, axis=0)
                 line = f"{name:<13} {target:<12} {epsilon:>7g} {method:<16} {auc:>6.3f} {accuracy:>8.3f}"
-                print(f"{line} {seconds:>8.1f}", flush=True)
+                print(f"{line} {seconds:>8.1f}{failures(failed, method)}", flush=True)
+            for method in failed.keys() - runs.keys():
+                print(f"{name:<13} {target:<12} {epsilon:>7g} {method:<16} failed in every seed", flush=True)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,17 @@ METHODS = {"pgm-mst": "mst", "pgm-aim": "aim"}  # --references names -> the runn
 MAX_MODEL_SIZE = 80.0  # MB, AIM's max_model_size: Private-PGM's and OpenDP's default
 
 
+class PgmFailed(RuntimeError):
+    """Private-PGM's process exited with an error (as its AIM's "probabilities contain NaN" at titanic 0.1): the
+    benches report the run as a line and leave it out of the medians. ``reason``: its last line of stderr."""
+
+    def __init__(self, method: str, returncode: int, stderr: str):
+        lines = stderr.strip().splitlines() or ["(no output)"]
+        self.reason = lines[-1]
+        tail = "\n".join(lines[-30:])
+        super().__init__(f"Private-PGM's {method} exited with {returncode}:\n{tail}")
+
+
 @dataclass(frozen=True)
 class PgmFit:
     """What one run of Private-PGM's MST or AIM gives back."""
@@ -120,8 +131,7 @@ class PrivatePgm:
             environment["PYTHONHASHSEED"] = "0"  # AIM's candidates come out of sets of str: their order, repeatable
             done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
             if done.returncode:
-                tail = "\n".join(done.stderr.splitlines()[-30:])
-                raise RuntimeError(f"Private-PGM's {method} exited with {done.returncode}:\n{tail}")
+                raise PgmFailed(method, done.returncode, done.stderr)
             with np.load(answer) as stored:
                 names = json.loads(str(stored["cliques"]))
                 factors = [(tuple(c), stored[f"factor_{i}"]) for i, c in enumerate(names)]
