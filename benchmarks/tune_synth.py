@@ -4,6 +4,7 @@
                                     [--rare none,3] [--smoothing 0.5] [--tables diabetes,anes96,fair]
     python -m benchmarks.tune_synth --one-ways 0,0.25,0.5,1 [--seeds 15] [--epsilons 0.1,0.3,1]
                                     [--tables diabetes,anes96]
+    python -m benchmarks.tune_synth [--cells diabetes:1.5,fair:0.2,...] [--scores-of FILE]
 
 The rule, fixed before any run (2026-12-02, issue 16):
   * the split: bench_synth's ten tables sorted by their number of rows, the 2nd, 4th, ... tune
@@ -38,6 +39,14 @@ and smoothing at those values: ``--shares 0.25,0.5,0.75,0.9 --rounds 16 --rare 3
 every rule whose large-data share is 0.25 picks the same setting: they cannot reorder those rules):
 0.25, 0.75 under 300 (score 0.9463; 0.9 under 300: 0.9604).
 
+On 2026-12-07 (issue 38), with auto taking its independent path under z = 96, most of the cells that had
+chosen the small data's share no longer ran AIM. The shares again, on AIM's cells of the tuning half from z = 113
+to 66,653 (``--cells``: the tuning tables at epsilons that put them there, 25 cells), with a large data's
+share (0.1) and a third regime in the rule, and rules reading aim.one_way_error (how noisy the 1-ways would
+be with all of rho, from the rows and the domain's sizes) as well as z: ``--shares 0.1,0.25,0.75 --rounds 16
+--rare 3 --smoothing 0.5 --seeds 6 --cells ...`` (docs/benchmarks.md). Chosen: 0.1, 0.25 from a 1-way error of
+0.3, 0.75 from 1 (score 0.8971). ``--scores-of FILE`` scores the rules again on a table a run printed.
+
 ``--one-ways W,...`` (issue 38) scores auto's independent path instead (``choice.independent_one_ways``, the
 count taken as the true size): the median model error over the seeds with each smoothing weight W (noise scales
 added to each clipped count), divided by W = 0's, beside each (table, epsilon)'s z. On the tuning tables where
@@ -52,12 +61,13 @@ import argparse
 import itertools
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 
 from beam_expmech.accounting import epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
-from beam_expmech.synth.aim import aim
+from beam_expmech.synth.aim import aim, one_way_error
 from beam_expmech.synth.choice import count_and_rho, independent_one_ways
 from benchmarks.bench_synth import DELTA, counts, errors, load
 
@@ -66,6 +76,7 @@ REPORTED = ["penguins", "breast_cancer", "titanic", "randhie", "wide"]
 DEFAULTS = (0.5, 16, None, 0.0)  # (one_way_share, rounds per column, rare, smoothing) in aim() before this rule ran
 MARGIN = 0.01  # a rule must beat the old defaults by this much to replace them
 SMALL = [30, 100, 300, 1000]  # z0: rows per unit of noise under which a table is small
+ONE_WAY_ERRORS = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0]  # e0: aim.one_way_error from which the 1-ways are noisy
 
 
 def model_error(
@@ -101,7 +112,9 @@ def main() -> None:
     parser.add_argument("--rare", default="none,3", help="aim(rare=...): none never merges codes")
     parser.add_argument("--smoothing", default="0.5", help="aim(smoothing=...): 0 never smooths")
     parser.add_argument("--tables", default=",".join(TUNING))
+    parser.add_argument("--cells", help="TABLE:EPSILON,... to run instead of every table at every epsilon")
     parser.add_argument("--one-ways", help="smoothing weights of auto's independent path to score instead")
+    parser.add_argument("--scores-of", metavar="FILE", help="score the rules on a grid this command printed before")
     args = parser.parse_args()
     if args.one_ways:
         return one_ways(args)
@@ -116,37 +129,83 @@ def main() -> None:
     )
     if DEFAULTS not in settings:
         settings.insert(0, DEFAULTS)
-    epsilons = [float(e) for e in args.epsilons.split(",")]
+    medians = read_grid(args.scores_of) if args.scores_of else run_grid(settings, cells_to_run(args), args.seeds)
+    choose(medians)
+
+
+def run_grid(settings: list[tuple], cells: dict[str, list[float]], seeds: int) -> dict[tuple, dict[tuple, float]]:
+    """{setting: {(table, epsilon): median model error over the seeds}}, printed as a table as it runs."""
     medians: dict[tuple, dict[tuple, float]] = {s: {} for s in settings}
     print(f"{'table':<9} {'epsilon':>7} " + " ".join(f"{f'{s:g}/{r}/{m}/{w:g}':>15}" for s, r, m, w in settings),
           flush=True)  # fmt: skip
-    rows = {}
-    for name in args.tables.split(","):
+    for name, epsilons in cells.items():
         batch, domain, ordered = load(name)
-        rows[name] = batch.num_rows
         true = counts(batch, domain, 3)
         for epsilon in epsilons:
             rho = epsilon_to_zcdp(epsilon, delta=DELTA)
             start = time.perf_counter()
             for setting in settings:
-                runs = [model_error(true, domain, ordered, rho, seed, setting) for seed in range(args.seeds)]
+                runs = [model_error(true, domain, ordered, rho, seed, setting) for seed in range(seeds)]
                 medians[setting][name, epsilon] = float(np.median(runs))
             row = " ".join(f"{medians[s][name, epsilon]:>15.4f}" for s in settings)
             print(f"{name:<9} {epsilon:>7g} {row}   ({time.perf_counter() - start:.0f} s)", flush=True)
+    return medians
+
+
+def read_grid(path: str) -> dict[tuple, dict[tuple, float]]:
+    """``run_grid``'s medians, read back from the table it printed (the rules scored again, nothing rerun)."""
+    lines = Path(path).read_text().splitlines()
+    settings = []
+    for label in lines[0].split()[2:]:
+        share, rounds, rare, smoothing = label.split("/")
+        settings.append((float(share), int(rounds), None if rare == "None" else float(rare), float(smoothing)))
+    medians: dict[tuple, dict[tuple, float]] = {s: {} for s in settings}
+    for line in lines[1:]:
+        name, epsilon, *values = line.split()
+        if name in TUNING:
+            for setting, value in zip(settings, values[: len(settings)], strict=True):
+                medians[setting][name, float(epsilon)] = float(value)
+    return medians
+
+
+def choose(medians: dict[tuple, dict[tuple, float]]) -> None:
+    """Score every rule over the grid's cells and print the best ten and the one chosen."""
+    settings = list(medians)
     base = medians[DEFAULTS]
+    tables = {name: load(name) for name, _ in base}
+    rows = {name: batch.num_rows for name, (batch, _, _) in tables.items()}
     z = {k: rows[k[0]] * math.sqrt(2 * epsilon_to_zcdp(k[1], delta=DELTA)) for k in base}  # K = 1
+    error = {k: one_way_error(tables[k[0]][1], rows=rows[k[0]], rho=epsilon_to_zcdp(k[1], delta=DELTA)) for k in base}
 
     def score(pick) -> float:  # pick: (table, epsilon) -> setting
         return float(np.exp(np.mean([np.log(medians[pick(k)][k] / base[k]) for k in base])))
 
     rules = {f"{s:g} / {r} rounds / rare {m} / smoothing {w:g}": (lambda k, s=(s, r, m, w): s)
              for s, r, m, w in settings}  # fmt: skip
-    for (low, *rest), (high, *rest2), z0 in itertools.product(settings, settings, SMALL):
-        if rest == rest2 and low < high:
-            r, m, w = rest
-            rules[f"{low:g}, {high:g} under {z0} / {r} rounds / rare {m} / smoothing {w:g}"] = (
-                lambda k, a=(low, *rest), b=(high, *rest), z0=z0: b if z[k] < z0 else a
-            )
+    # A larger share of rho on the 1-ways where the data is small: fewer rows per unit of noise (z, the rules
+    # until 2026-12-07), or noisier 1-ways (aim.one_way_error, the domain's sizes too); with two thresholds
+    # the stricter one gives the largest share.
+    families = {
+        "z under": (SMALL, lambda k, z0: z[k] < z0, min),
+        "one_way_error from": (ONE_WAY_ERRORS, lambda k, e0: error[k] >= e0, max),
+    }
+    for family, (thresholds, small, stricter) in families.items():
+        for (low, *rest), (high, *rest2), t in itertools.product(settings, settings, thresholds):
+            if rest == rest2 and low < high:
+                rules[f"{low:g}, {high:g} {family} {t:g} / {_rest(rest)}"] = (
+                    lambda k, a=(low, *rest), b=(high, *rest), t=t, small=small: b if small(k, t) else a
+                )
+        for (low, *rest), (mid, *rest2), (high, *rest3), pair in itertools.product(
+            settings, settings, settings, itertools.combinations(thresholds, 2)
+        ):
+            if rest == rest2 == rest3 and low < mid < high:
+                inner = stricter(pair)
+                outer = pair[0] if inner == pair[1] else pair[1]
+                rules[f"{low:g}, {mid:g} {family} {outer:g}, {high:g} {family} {inner:g} / {_rest(rest)}"] = (
+                    lambda k, a=(low, *rest), b=(mid, *rest), c=(high, *rest), i=inner, o=outer, small=small: (
+                        c if small(k, i) else b if small(k, o) else a
+                    )
+                )
     scores = {name: score(pick) for name, pick in rules.items()}
     for name in sorted(scores, key=scores.__getitem__)[:10]:
         print(f"{scores[name]:.4f}  {name}")
@@ -154,14 +213,34 @@ def main() -> None:
     print(f"chosen: {best if scores[best] < 1 - MARGIN else 'the old defaults'} (score {scores[best]:.4f})")
 
 
+def _rest(setting: list) -> str:
+    """A setting's rounds, merging and smoothing, as the rules' names show them."""
+    rounds, rare, smoothing = setting
+    return f"{rounds} rounds / rare {rare} / smoothing {smoothing:g}"
+
+
+def cells_to_run(args: argparse.Namespace) -> dict[str, list[float]]:
+    """{table: its epsilons}: ``--cells``, or every table of ``--tables`` at every epsilon of ``--epsilons``;
+    a reported table refused (the rule never sees that half)."""
+    if not args.cells:
+        return {name: [float(e) for e in args.epsilons.split(",")] for name in args.tables.split(",")}
+    cells: dict[str, list[float]] = {}
+    for cell in args.cells.split(","):
+        name, epsilon = cell.split(":")
+        cells.setdefault(name, []).append(float(epsilon))
+    if reported := sorted(set(cells) & set(REPORTED)):
+        raise SystemExit(f"--cells: {', '.join(reported)} are on the reported half")
+    return cells
+
+
 def one_ways(args: argparse.Namespace) -> None:
     """auto's independent path at each smoothing weight: median error over the seeds, over weight 0's."""
     weights = [float(w) for w in args.one_ways.split(",")]
     print(f"{'table':<9} {'epsilon':>7} {'z':>6} {'W = 0':>8} " + " ".join(f"{f'W = {w:g}':>9}" for w in weights[1:]))
-    for name in args.tables.split(","):
+    for name, epsilons in cells_to_run(args).items():
         batch, domain, _ = load(name)
         true = counts(batch, domain, 3)
-        for epsilon in (float(e) for e in args.epsilons.split(",")):
+        for epsilon in epsilons:
             count_epsilon, rho = count_and_rho(epsilon, DELTA)
             medians = []
             for weight in weights:

@@ -4,10 +4,11 @@ The generator sees the data only through the true counts of a workload of margin
 touches those only through mechanisms. With at most K rows per privacy unit (L1 and L2
 sensitivity of any marginal: K):
 
-1. a share of rho measures every 1-way marginal with discrete Gaussian noise: by default a
-   quarter, and on small data (its size, estimated from those noisy marginals, under
-   ``SMALL_DATA`` times the noise scale K / sqrt(2 rho)) the 1-ways are measured again, to 75% of
-   rho in all, since noisy marginals of more columns would mostly add noise (``one_way_shares``);
+1. a share of rho measures every 1-way marginal with discrete Gaussian noise: by default a tenth;
+   then, by how noisy the 1-ways would be if they had all of rho (``one_way_error``, from the data's
+   size estimated from those noisy marginals), they are measured again: to a quarter of rho in all
+   from ``NOISY_ONE_WAYS``, and to three quarters from ``VERY_NOISY_ONE_WAYS``, where noisy
+   marginals of more columns would mostly add noise (``one_way_shares``);
    codes whose estimated count is under ``RARE`` times its noise are then merged, one merged code
    a column (as MST does: ``compression``, post-processing), and every later measurement counts
    rows on the merged codes: a row is still in one cell of a marginal, and fewer cells carry less
@@ -59,9 +60,12 @@ from beam_expmech.synth.graphical_model import Columns, GraphicalModel, Measurem
 _FIXED = 20  # scores in units of 2^-20 counts: int64 cells up to 2^43 rows
 _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
 # Defaults chosen on half of the benchmark's tables by benchmarks/tune_synth.py's rule (issue 16):
-ONE_WAY_SHARE = 0.25  # of rho, on the 1-way marginals
-SMALL_DATA_ONE_WAY_SHARE = 0.75  # in all, where the data is small (0.9 until 2026-12-04)
-SMALL_DATA = 300  # rows per unit of noise (K / sqrt(2 rho)) under which the data is small
+# The 1-ways' share of rho, by one_way_error (rules before 2026-12-07 read the rows per unit of noise instead):
+FIRST_ONE_WAY_SHARE = 0.1  # of rho, on the 1-way marginals first: all they get where they are precise
+ONE_WAY_SHARE = 0.25  # in all, from NOISY_ONE_WAYS
+SMALL_DATA_ONE_WAY_SHARE = 0.75  # in all, from VERY_NOISY_ONE_WAYS (0.9 until 2026-12-04)
+NOISY_ONE_WAYS = 0.3  # one_way_error from which the 1-ways get ONE_WAY_SHARE
+VERY_NOISY_ONE_WAYS = 1.0  # and from which they get SMALL_DATA_ONE_WAY_SHARE
 ROUNDS_PER_COLUMN = 16  # 4 from 2026-12-02, 16 again with rare codes merged (2026-12-03)
 _MODEL_COPIES = 16  # model-sized arrays a fit holds (potentials, marginals, their trials, counts, gradients, ...)
 MAX_CELLS = 2_000_000  # of the model
@@ -82,7 +86,7 @@ def check_parameters(
     when an argument is bad, the 1-way marginals alone exceed ``max_cells``, or the run would
     hold more than ``MAX_MEMORY``: the workload's counts, the true counts of its downward
     closure (and one merged copy at a time, while rare codes are merged), a fit's copies of a model
-    of at most ``max_cells`` cells, and one measurement per column (twice on small data) and per
+    of at most ``max_cells`` cells, and one measurement per column (up to three: ``one_way_shares``) and per
     round (at most ``rounds`` + 1 rounds: each spends at least rho / rounds of the rest), each at
     most the largest candidate.
     """
@@ -99,7 +103,7 @@ def check_parameters(
     closure = [math.prod(domain[c] for c in r) for r in _closure_weights([tuple(s) for s in workload], order)]
     model = min(max_cells, math.prod(domain.values()))
     largest = min(max_cells, max(closure))
-    measurements = (2 * len(domain) + rounds + 1) * largest  # the 1-ways at most twice, then the rounds
+    measurements = (3 * len(domain) + rounds + 1) * largest  # the 1-ways at most three times, then the rounds
     measurements += max(closure)  # a true marginal and its merged copy, while rare codes are merged
     arrays = 8 * (sum(cells) + sum(closure) + _MODEL_COPIES * model + measurements) + EXACT_CELL_BYTES * largest
     return check_memory(arrays, "AIM", "use fewer rounds or columns, or smaller domains")
@@ -143,7 +147,8 @@ def aim(
     The 1-way shares and the rounds are defaults of 2026-12-02 (until then half of rho and 16 d),
     chosen on half of the benchmark's tables, never the other half (benchmarks/tune_synth.py); the
     merging of rare codes and 16 rounds a column (4 on 2026-12-02) by the same rule on 2026-12-03; the
-    small data's share (0.9 until then) on 2026-12-04, once merged codes were spread smoothly.
+    small data's share (0.9 until then) on 2026-12-04, once merged codes were spread smoothly; the large
+    data's share and both sizes' thresholds on 2026-12-07, once auto took small data's independent path.
 
     The tolerances are defaults new on 2026-12-02 (until then every refit ran all its steps), so
     that a 15-column table of UCI Adult's layout runs in minutes (issue 16). They were set from
@@ -296,15 +301,31 @@ class _AimRun:
 def one_way_shares(run: _AimRun, rho: float) -> Iterator[float]:
     """The default 1-way measurements' shares of rho, each measured before the next is chosen.
 
-    First ``ONE_WAY_SHARE``. Then, where the data's size estimated from those measurements
-    (post-processing) is under ``SMALL_DATA`` times K / sqrt(2 rho) (the noise scale of one
-    measurement that spent all of rho), the 1-ways again, to ``SMALL_DATA_ONE_WAY_SHARE`` in all:
-    on such data a round's noisy marginal of several columns mostly adds noise (tune_synth.py).
-    The choice reads released measurements and public parameters only.
+    First ``FIRST_ONE_WAY_SHARE``. Then ``one_way_error`` at the data's size estimated from those
+    measurements (post-processing): from ``NOISY_ONE_WAYS`` the 1-ways again, to ``ONE_WAY_SHARE``
+    in all, and from ``VERY_NOISY_ONE_WAYS`` once more, to ``SMALL_DATA_ONE_WAY_SHARE``. Where the
+    1-ways are noisy a round's noisy marginal of several columns mostly adds noise; where they are
+    precise the rounds gain more from rho than they do (tune_synth.py). The choice reads released
+    measurements and public parameters only.
     """
-    yield ONE_WAY_SHARE
-    if _total(run.measurements) * math.sqrt(2 * rho) < SMALL_DATA * run.max_rows:
+    yield FIRST_ONE_WAY_SHARE
+    error = one_way_error(run.domain, rows=_total(run.measurements), rho=rho, max_rows=run.max_rows)
+    if error >= NOISY_ONE_WAYS:
+        yield ONE_WAY_SHARE - FIRST_ONE_WAY_SHARE
+    if error >= VERY_NOISY_ONE_WAYS:
         yield SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE
+
+
+def one_way_error(domain: dict[str, int], *, rows: float, rho: float, max_rows: int = 1) -> float:
+    """The expected L1 error of the 1-way marginals over ``rows``, were all of rho to measure them.
+
+    ``measure_one_ways`` gives column c the share size_c^(2/3) / S of rho, S = sum of size_c^(2/3), so
+    sigma_c = K sqrt(S / (2 rho size_c^(2/3))); a cell's expected |noise| is sqrt(2 / pi) sigma_c, and
+    the sum over every cell of every column is sqrt(2 / pi) K S^(3/2) / sqrt(2 rho). Public with ``rows``
+    a released estimate: the sizes are the declared domain's.
+    """
+    spread = math.fsum(size ** (2 / 3) for size in domain.values()) ** 1.5
+    return math.sqrt(2 / math.pi) * max_rows * spread / (rows * math.sqrt(2 * rho))
 
 
 def _total(measurements: list[Measurement]) -> float:

@@ -293,8 +293,9 @@ MUTANTS = [
     Mutant(
         "AIM's small-data rule reads the true size, not the noisy 1-ways",
         "beam_expmech/synth/aim.py",
-        "if _total(run.measurements) * math.sqrt(2 * rho) < SMALL_DATA * run.max_rows:",
-        "if sum(t.sum() for t in run.truth.values()) * math.sqrt(2 * rho) < SMALL_DATA * run.max_rows:",
+        "error = one_way_error(run.domain, rows=_total(run.measurements), rho=rho, max_rows=run.max_rows)",
+        "error = one_way_error(run.domain, rows=sum(t.sum() for t in run.truth.values()), rho=rho, "
+        "max_rows=run.max_rows)",
         ("tests/synth/test_aim.py::test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts",),
     ),
     Mutant(

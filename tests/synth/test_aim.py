@@ -13,11 +13,15 @@ from public_tables import load, marginals
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth.aim import (
+    FIRST_ONE_WAY_SHARE,
+    NOISY_ONE_WAYS,
     ONE_WAY_SHARE,
     SMALL_DATA_ONE_WAY_SHARE,
+    VERY_NOISY_ONE_WAYS,
     _AimRun,
     aim,
     check_parameters,
+    one_way_error,
     one_way_shares,
     scores,
 )
@@ -123,21 +127,19 @@ def test_a_model_that_is_not_finite_leaves_the_scores_within_their_sensitivity()
     assert abs(after[0] - before[0]) <= sensitivity
 
 
-@pytest.mark.parametrize(  # 1,304 rows: sqrt(2 rho) N = 184, 1,844 and 412, small under 300 K
-    "rho, max_rows, small", [(0.01, 1, True), (1.0, 1, False), (0.05, 3, True), (0.05, 1, False)]
+@pytest.mark.parametrize(  # 1,304 rows: one_way_error 1.6, 2.2 (K = 3), 0.72, 0.69 (K = 3) and 0.07
+    "rho, max_rows, measured", [(0.002, 1, 3), (0.01, 3, 3), (0.01, 1, 2), (0.1, 3, 2), (1.0, 1, 1)]
 )
-def test_small_data_measures_the_one_ways_again_and_large_data_does_not(rho, max_rows, small):
+def test_the_one_ways_are_measured_again_the_noisier_they_would_be(rho, max_rows, measured):
     batch, domain = load("titanic", 5)
     result = aim(marginals(batch, domain, 2), domain, rho=rho, max_rows=max_rows, rng=97)
     d, one_ways = len(domain), [(c,) for c in domain]
-    assert result.measured[:d] == one_ways
-    assert (result.measured[d : 2 * d] == one_ways) is small
-    first = math.fsum(r.rho for r in result.releases[:d])
-    assert first == pytest.approx(ONE_WAY_SHARE * rho, rel=1e-9)
-    if small:
-        assert math.fsum(r.rho for r in result.releases[d : 2 * d]) == pytest.approx(
-            (SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE) * rho, rel=1e-9
-        )
+    shares = [FIRST_ONE_WAY_SHARE, ONE_WAY_SHARE - FIRST_ONE_WAY_SHARE, SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE]
+    for time, share in enumerate(shares[:measured]):
+        assert result.measured[time * d : (time + 1) * d] == one_ways
+        spent = math.fsum(r.rho for r in result.releases[time * d : (time + 1) * d])
+        assert spent == pytest.approx(share * rho, rel=1e-9)
+    assert result.measured[measured * d : (measured + 1) * d] != one_ways  # the rounds follow
     assert math.fsum(r.rho for r in result.releases) <= rho
 
 
@@ -157,13 +159,22 @@ def test_a_one_way_share_outside_0_1_is_refused(share):
 
 
 def test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts():
+    domain, rho = {"a": 2}, 1e-4
+
     def shares(noisy: float, true: int) -> list[float]:
         measured = [Measurement(("a",), np.array([noisy / 2, noisy / 2]), 3.0)]
-        run = SimpleNamespace(measurements=measured, max_rows=1, truth={("a",): np.array([true, 0])})
-        return list(one_way_shares(run, rho=0.5))  # small under 300 rows
+        run = SimpleNamespace(domain=domain, measurements=measured, max_rows=1, truth={("a",): np.array([true, 0])})
+        return list(one_way_shares(run, rho=rho))
 
-    assert shares(noisy=200.0, true=10**6) == [ONE_WAY_SHARE, pytest.approx(SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE)]
-    assert shares(noisy=400.0, true=1) == [ONE_WAY_SHARE]
+    def rows(error: float) -> float:  # where one_way_error is error: it falls as 1 / rows
+        return one_way_error(domain, rows=1.0, rho=rho) / error
+
+    first, again = FIRST_ONE_WAY_SHARE, pytest.approx(ONE_WAY_SHARE - FIRST_ONE_WAY_SHARE)
+    last = pytest.approx(SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE)
+    assert shares(noisy=0.99 * rows(VERY_NOISY_ONE_WAYS), true=10**6) == [first, again, last]
+    assert shares(noisy=1.01 * rows(VERY_NOISY_ONE_WAYS), true=1) == [first, again]
+    assert shares(noisy=0.99 * rows(NOISY_ONE_WAYS), true=10**6) == [first, again]
+    assert shares(noisy=1.01 * rows(NOISY_ONE_WAYS), true=1) == [first]
 
 
 def test_the_first_model_fits_both_measurements_of_each_column():
