@@ -147,8 +147,8 @@ def aim(
     The 1-way shares and the rounds are defaults of 2026-12-02 (until then half of rho and 16 d),
     chosen on half of the benchmark's tables, never the other half (benchmarks/tune_synth.py); the
     merging of rare codes and 16 rounds a column (4 on 2026-12-02) by the same rule on 2026-12-03; the
-    small data's share (0.9 until then) on 2026-12-04, once merged codes were spread smoothly; the large
-    data's share and both sizes' thresholds on 2026-12-07, once auto took small data's independent path.
+    small data's share (0.9 until then) on 2026-12-04, once merged codes were spread smoothly; the first
+    share and the thresholds, on ``one_way_error`` instead of the rows per unit of noise, on 2026-12-07.
 
     The tolerances are defaults new on 2026-12-02 (until then every refit ran all its steps), so
     that a 15-column table of UCI Adult's layout runs in minutes (issue 16). They were set from
@@ -299,10 +299,10 @@ class _AimRun:
 
 
 def one_way_shares(run: _AimRun, rho: float) -> Iterator[float]:
-    """The default 1-way measurements' shares of rho, each measured before the next is chosen.
+    """The default 1-way measurements' shares of rho, the later ones chosen once the first is measured.
 
     First ``FIRST_ONE_WAY_SHARE``. Then ``one_way_error`` at the data's size estimated from those
-    measurements (post-processing): from ``NOISY_ONE_WAYS`` the 1-ways again, to ``ONE_WAY_SHARE``
+    measurements (post-processing), read once: from ``NOISY_ONE_WAYS`` the 1-ways again, to ``ONE_WAY_SHARE``
     in all, and from ``VERY_NOISY_ONE_WAYS`` once more, to ``SMALL_DATA_ONE_WAY_SHARE``. Where the
     1-ways are noisy a round's noisy marginal of several columns mostly adds noise; where they are
     precise the rounds gain more from rho than they do (tune_synth.py). The choice reads released
@@ -324,6 +324,7 @@ def one_way_error(domain: dict[str, int], *, rows: float, rho: float, max_rows: 
     the sum over every cell of every column is sqrt(2 / pi) K S^(3/2) / sqrt(2 rho). Public with ``rows``
     a released estimate: the sizes are the declared domain's.
     """
+    rows, rho = parameters.positive_finite(rows, "rows"), parameters.positive_finite(rho, "rho")
     spread = math.fsum(size ** (2 / 3) for size in domain.values()) ** 1.5
     return math.sqrt(2 / math.pi) * max_rows * spread / (rows * math.sqrt(2 * rho))
 

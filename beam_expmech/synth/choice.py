@@ -8,13 +8,12 @@ independent 1-way marginals").
 
 So the rows are counted first (discrete Laplace, sensitivity K) with the epsilon whose zCDP cost,
 epsilon_c^2 / 2, is ``COUNT_SHARE`` of rho(epsilon, delta); from that noisy count n and AIM's rho (the rest),
-z = n sqrt(2 rho) / K: rows per unit of the noise of a measurement that would spend all of rho (what
-``aim.SMALL_DATA`` reads too). z's own noise is then Laplace of scale sqrt(2 rho) / epsilon_c: about 14 rows
-per unit of noise (more where delta is near 1/2, and the count's epsilon capped). Under ``SMALL_Z``, the 1-ways
-are measured with the rest of epsilon (``independent_one_ways``; under ``SMOOTH_Z``, where their noise swamps
-the counts, smoothed towards uniform); otherwise AIM runs with the rest of rho. Both thresholds were chosen on
-the tuning half of the benchmark's tables (benchmarks/bench_synth.py), never the other half, as issue 16's
-defaults were.
+z = n sqrt(2 rho) / K: rows per unit of the noise of a measurement that would spend all of rho. z's own noise
+is then Laplace of scale sqrt(2 rho) / epsilon_c: about 14 rows per unit of noise (more where delta is near
+1/2, and the count's epsilon capped). Under ``SMALL_Z``, the 1-ways are measured with the rest of epsilon
+(``independent_one_ways``; under ``SMOOTH_Z``, where their noise swamps the counts, smoothed towards
+uniform); otherwise AIM runs with the rest of rho. Both thresholds were chosen on the tuning half of the
+benchmark's tables (benchmarks/bench_synth.py), never the other half, as issue 16's defaults were.
 
 Where the release names a ``target`` (the column its rows will be used to predict), the 1-ways would teach a
 model of it nothing: under ``SMALL_Z_TARGET`` the path for small data is ``naive_bayes`` instead (the target's

@@ -62,7 +62,7 @@ def test_beats_independent_marginals_and_stays_close_to_the_data():
     assert abs(result.rows - batch.num_rows) < 0.02 * batch.num_rows
 
 
-@pytest.mark.parametrize("rho", [1.0, 0.005])  # large data, and small (1-ways measured twice)
+@pytest.mark.parametrize("rho", [1.0, 0.005])  # large data (1-ways measured once), and small (three times)
 def test_the_model_never_outgrows_its_cap_and_the_run_holds_less_than_it_states(rho):
     batch, domain = load("titanic", 6)  # Age has 91 codes
     workload = marginals(batch, domain, 3)
@@ -175,6 +175,12 @@ def test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts(
     assert shares(noisy=1.01 * rows(VERY_NOISY_ONE_WAYS), true=1) == [first, again]
     assert shares(noisy=0.99 * rows(NOISY_ONE_WAYS), true=10**6) == [first, again]
     assert shares(noisy=1.01 * rows(NOISY_ONE_WAYS), true=1) == [first]
+
+
+@pytest.mark.parametrize("rows, rho", [(0.0, 1.0), (-5.0, 1.0), (10.0, 0.0), (float("nan"), 1.0)])
+def test_one_way_error_refuses_rows_or_rho_that_are_not_positive(rows, rho):
+    with pytest.raises(ValueError):
+        one_way_error({"a": 2}, rows=rows, rho=rho)
 
 
 def test_the_first_model_fits_both_measurements_of_each_column():
