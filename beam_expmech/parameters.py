@@ -25,6 +25,19 @@ def positive_finite(value: object, name: str) -> float:
     return value
 
 
+def positive(value: object, name: str) -> float:
+    """``value`` as a float, if it is a real number > 0; infinity allowed (a bound that may be lifted)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond any float: no bound
+        value = math.inf
+    if not value > 0:  # nan too
+        raise ValueError(f"{name} must be > 0 (math.inf: no bound), got {value!r}")
+    return value
+
+
 def non_negative_finite(value: object, name: str) -> float:
     """``value`` as a float, if it is a real number, finite and >= 0 (a tolerance)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -22,6 +22,14 @@ def test_positive_finite_names_the_argument_it_refuses(value):
         parameters.positive_finite(value, "epsilon")
 
 
+def test_positive_takes_infinity_and_an_int_beyond_any_float_as_no_bound():
+    assert parameters.positive(np.int64(3), "work") == 3.0
+    assert parameters.positive(float("inf"), "work") == parameters.positive(10**400, "work") == float("inf")
+    for bad in (0, -1e-300, float("-inf"), float("nan"), True, "1", None):
+        with pytest.raises(ValueError, match=r"^work must be"):
+            parameters.positive(bad, "work")
+
+
 @pytest.mark.parametrize("value", [0, 1, 1.5, -0.1, True, float("nan"), "0.5"])
 def test_probability_is_strictly_between_zero_and_one(value):
     with pytest.raises(ValueError, match=r"^q must be a number strictly between 0 and 1"):

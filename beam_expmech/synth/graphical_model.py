@@ -157,6 +157,11 @@ class GraphicalModel:
         self.marginals = self._calibrate(self.potentials)
 
     @property
+    def cells(self) -> int:
+        """The cells of its cliques, summed (what a step of ``fit`` passes over, a few dozen times)."""
+        return sum(p.size for p in self.potentials)
+
+    @property
     def marginals(self) -> list[np.ndarray]:
         """Each clique's calibrated marginal, as probabilities."""
         return self._marginals
@@ -300,7 +305,7 @@ class GraphicalModel:
         if not axes:
             return self.marginals[clique]  # the marginal itself (never written to), nothing to keep
         summed = _reduce(np.add, self.marginals[clique], axes)
-        if share and self._sum_cells + summed.size <= sum(p.size for p in self.potentials):
+        if share and self._sum_cells + summed.size <= self.cells:
             self._sums[key] = summed
             self._sum_cells += summed.size
         return summed
@@ -374,7 +379,7 @@ class GraphicalModel:
                 else:
                     la, lb, lo = ([label[c] for c in columns] for columns in (ca, cb, out))
                     joined = np.einsum(a, la, b, lb, lo, optimize=True)
-                if self._join_cells + joined.size <= sum(p.size for p in self.potentials):
+                if self._join_cells + joined.size <= self.cells:
                     self._joins[key] = joined
                     self._join_cells += joined.size
             factors = [f for k, f in enumerate(factors) if k not in (x, y)] + [(key, out, joined)]

@@ -14,6 +14,7 @@ from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth.aim import (
     FIRST_ONE_WAY_SHARE,
+    MIN_FIT_STEPS,
     NOISY_ONE_WAYS,
     ONE_WAY_SHARE,
     SMALL_DATA_ONE_WAY_SHARE,
@@ -78,6 +79,31 @@ def test_the_model_never_outgrows_its_cap_and_the_run_holds_less_than_it_states(
     assert peak <= stated
 
 
+def test_each_refit_takes_at_most_the_work_bound_over_the_model_cells(monkeypatch):
+    batch, domain = load("nltcs", 8)
+    true = marginals(batch, domain, 3)
+    steps = []
+    fit = GraphicalModel.fit
+
+    def recording(self, measurements, *, iterations, tolerance):
+        steps.append((iterations, self.cells))
+        return fit(self, measurements, iterations=iterations, tolerance=tolerance)
+
+    monkeypatch.setattr(GraphicalModel, "fit", recording)
+    aim(true, domain, rho=1.0, rng=5, fit_work=3000, final_fit_work=6000)
+    _, *rounds, (last, last_cells) = steps  # the first model's fit: 1-ways, never bounded
+    assert [s for s, _ in rounds] == [min(250, max(MIN_FIT_STEPS, 3000 // cells)) for _, cells in rounds]
+    assert any(MIN_FIT_STEPS < s < 250 for s, _ in rounds)  # the bound bit, above its floor
+    assert last == min(2000, max(MIN_FIT_STEPS, 6000 // last_cells)) < 2000
+    steps.clear()
+    aim(true, domain, rho=1.0, rng=5, fit_work=np.float64(1), final_fit_work=1)
+    assert {s for s, _ in steps[1:]} == {MIN_FIT_STEPS}  # the floor
+    for lifted in [math.inf, 10**400]:  # an int beyond any float: no bound either
+        steps.clear()
+        aim(true, domain, rho=1.0, rng=5, fit_work=lifted, final_fit_work=np.int64(10**18))
+        assert {s for s, _ in steps[1:-1]} == {250} and steps[-1][0] == 2000  # every refit all its iterations
+
+
 def test_one_way_marginals_over_the_cap_are_refused_before_any_count_is_read():
     with pytest.raises(ValueError, match="AIM: the 1-way marginals alone have 2,000,001 cells, over the limit"):
         check_parameters({"a": 2_000_000, "b": 1}, [("a", "b")])
@@ -93,6 +119,12 @@ def test_one_way_marginals_over_the_cap_are_refused_before_any_count_is_read():
         ({"tolerance": -1.0}, "tolerance"),
         ({"final_tolerance": float("nan")}, "final_tolerance"),
         ({"tolerance": True}, "tolerance must be a real number"),  # review 8
+        ({"fit_work": 0}, "fit_work must be > 0"),
+        ({"final_fit_work": float("nan")}, "final_fit_work must be > 0"),
+        ({"fit_work": True}, "fit_work must be a real number"),
+        ({"fit_work": "3000"}, "fit_work must be a real number"),
+        ({"iterations": 250.0}, "iterations must be an integer"),
+        ({"final_iterations": 0}, "final_iterations must be an integer >= 1"),
         ({"smoothing": -0.5}, "smoothing"),
         ({"smoothing": float("inf")}, "smoothing"),
         ({"ordered": ["bathing", "nonexistent"]}, "ordered column 'nonexistent' is not in the domain"),
