@@ -15,17 +15,20 @@ from fractions import Fraction
 import numpy as np
 
 from beam_expmech import parameters
-from beam_expmech.mechanisms.discrete_laplace import bernoulli_exp_minus, discrete_laplace
+from beam_expmech.mechanisms.discrete_laplace import bernoulli_exp_minus_ratio, discrete_laplace
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 
 
 def discrete_gaussian(sigma2: Fraction, source: RandomSource) -> int:
     """One draw of Z with P(Z = z) proportional to exp(-z^2 / (2 sigma2))."""
-    t = math.isqrt(sigma2.numerator // sigma2.denominator) + 1  # floor(sigma) + 1
+    a, b = sigma2.numerator, sigma2.denominator
+    t = math.isqrt(a // b) + 1  # floor(sigma) + 1
+    scale = Fraction(t)
     while True:
-        y = discrete_laplace(Fraction(t), source)
-        gamma = (abs(y) - sigma2 / t) ** 2 / (2 * sigma2)
-        if bernoulli_exp_minus(gamma, source):
+        y = discrete_laplace(scale, source)
+        # accepted with probability exp(-gamma), gamma = (|y| - sigma2 / t)^2 / (2 sigma2)
+        # = (|y| b t - a)^2 / (2 a b t^2), in integers
+        if bernoulli_exp_minus_ratio((abs(y) * b * t - a) ** 2, 2 * a * b * t * t, source):
             return y
 
 
@@ -40,7 +43,7 @@ def discrete_gaussian_mechanism(
     counts = np.asarray(counts)
     if counts.dtype.kind not in "iu":
         raise ValueError("counts must be integers")
-    sigma2 = Fraction(parameters.positive_finite(sigma, "sigma") ** 2)
+    sigma2 = _variance(sigma)
     parameters.count(sensitivity, "sensitivity")
     source = random_source(rng)
     noise = np.array([discrete_gaussian(sigma2, source) for _ in range(counts.size)], dtype=np.int64)
@@ -49,7 +52,15 @@ def discrete_gaussian_mechanism(
 
 def rho(*, sigma: float, sensitivity: int = 1) -> float:
     """The zCDP cost of ``discrete_gaussian_mechanism`` with these parameters (rounded up)."""
-    sigma2 = Fraction(parameters.positive_finite(sigma, "sigma") ** 2)
+    sigma2 = _variance(sigma)
     exact = Fraction(parameters.count(sensitivity, "sensitivity") ** 2) / (2 * sigma2)
     value = float(exact)
     return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+
+
+def _variance(sigma: float) -> Fraction:
+    """sigma^2 as the rational value of its float; a ValueError where it underflows to 0."""
+    variance = parameters.positive_finite(sigma, "sigma") ** 2
+    if variance == 0:
+        raise ValueError(f"sigma is too small: its square underflows to 0, got {sigma!r}")
+    return Fraction(variance)

