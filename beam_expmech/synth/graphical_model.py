@@ -588,15 +588,17 @@ class GraphicalModel:
             constant += 0.5 * (sum(float((w * m.values**2).sum()) for w, m in zip(weights, group, strict=True))
                                - float((weight * target**2).sum()))  # fmt: skip
             combined[columns] = (weight, target)
+        holding = {columns: self.clique_holding(columns) for columns in combined}
         for holder, clique in enumerate(self.cliques):
-            inside = [c for c in combined if set(c) < self._sets[holder] and self.clique_holding(c) == holder]
+            inside = [c for c in combined if holding[c] == holder and set(c) < self._sets[holder]]
             widest = [c for c in inside if not any(set(c) < set(other) for other in inside)]
-            for columns in self._partial_sums(clique, widest):
+            for columns in self._partial_sums(clique, widest):  # a partial sum's first holder is its clique's
                 combined.setdefault(columns, (None, None))
+                holding.setdefault(columns, holder)
         order = sorted(combined, key=lambda c: (-math.prod(self._shape(c)), -len(c), c))
         terms: list[_Term] = []
         for columns in order:
-            holder = self.clique_holding(columns)
+            holder = holding[columns]
             # the smallest set already listed (so larger) in the same clique that holds this one
             sources = [k for k, t in enumerate(terms) if t.holder == holder and set(columns) < set(t.columns)]
             source = min(sources, key=lambda k: math.prod(self._shape(terms[k].columns))) if sources else None
