@@ -48,6 +48,13 @@ be with all of rho, from the rows and the domain's sizes) as well as z: ``--shar
 0.3, 0.75 from 1 (score 0.8836; with 5 cells more around payroll's and nltcs' crossing, 30 in all, 0.8754, the
 same rule). ``--scores-of FILE`` scores the rules again on a table a run printed.
 
+``--ramps LOW:HIGH,...`` (issue 38, 2026-12-07, later) scores the default rule's ramp instead
+(``aim.VERY_NOISY_ONE_WAYS``: the 1-way error over which the share rises from a quarter to three quarters; the
+rule until then was a step at 1, ``1:1``): AIM with its default shares and each ramp, the median model error over
+the seeds divided by the first ramp's, beside each (table, epsilon)'s 1-way error at its true size. Chosen, 0.7
+to 1.1: ``--ramps 1:1,0.8:1.05,0.7:1.1,0.6:1.2 --seeds 40 --cells ...`` on the tuning cells whose 1-way error is
+within the noise of the step (docs/benchmarks.md, "the 1-way share's ramp").
+
 ``--one-ways W,...`` (issue 38) scores auto's independent path instead (``choice.independent_one_ways``, the
 count taken as the true size): the median model error over the seeds with each smoothing weight W (noise scales
 added to each clipped count), divided by W = 0's, beside each (table, epsilon)'s z. On the tuning tables where
@@ -68,13 +75,16 @@ import numpy as np
 
 from beam_expmech.accounting import epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
+from beam_expmech.synth import aim as aim_module
 from beam_expmech.synth.aim import aim, one_way_error
 from beam_expmech.synth.choice import count_and_rho, independent_one_ways
+from beam_expmech.synth.compression import RARE, SMOOTHING
 from benchmarks.bench_synth import DELTA, counts, errors, load
 
 TUNING = ["diabetes", "anes96", "fair", "nltcs", "payroll"]
 REPORTED = ["penguins", "breast_cancer", "titanic", "randhie", "wide"]
 DEFAULTS = (0.5, 16, None, 0.0)  # (one_way_share, rounds per column, rare, smoothing) in aim() before this rule ran
+AIM_DEFAULTS = (None, aim_module.ROUNDS_PER_COLUMN, RARE, SMOOTHING)  # aim()'s today: its rule picks the shares
 MARGIN = 0.01  # a rule must beat the old defaults by this much to replace them
 SMALL = [30, 100, 300, 1000]  # z0: rows per unit of noise under which a table is small
 ONE_WAY_ERRORS = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0]  # e0: aim.one_way_error from which the 1-ways are noisy
@@ -86,7 +96,7 @@ def model_error(
     ordered: frozenset[str],
     rho: float,
     seed: int,
-    setting: tuple[float, int, float | None, float],
+    setting: tuple[float | None, int, float | None, float],
 ) -> float:
     share, per_column, rare, smoothing = setting
     rounds = per_column * len(domain)
@@ -116,9 +126,12 @@ def main() -> None:
     parser.add_argument("--cells", help="TABLE:EPSILON,... to run instead of every table at every epsilon")
     parser.add_argument("--one-ways", help="smoothing weights of auto's independent path to score instead")
     parser.add_argument("--scores-of", metavar="FILE", help="score the rules on a grid this command printed before")
+    parser.add_argument("--ramps", help="LOW:HIGH,...: the default rule's ramps of the 1-way share to score instead")
     args = parser.parse_args()
     if args.one_ways:
         return one_ways(args)
+    if args.ramps:
+        return ramps(args)
     rares = [None if r == "none" else float(r) for r in args.rare.split(",")]
     settings = list(
         itertools.product(
@@ -255,6 +268,26 @@ def one_ways(args: argparse.Namespace) -> None:
             z = batch.num_rows * math.sqrt(2 * rho)
             ratios = " ".join(f"{m / medians[0]:>9.3f}" for m in medians[1:])
             print(f"{name:<9} {epsilon:>7g} {z:>6.0f} {medians[0]:>8.4f} {ratios}", flush=True)
+
+
+def ramps(args: argparse.Namespace) -> None:
+    """AIM's default shares with each ramp of the 1-way share: median error over the seeds, over the first's."""
+    ramps = [tuple(float(x) for x in ramp.split(":")) for ramp in args.ramps.split(",")]
+    print(f"{'table':<9} {'epsilon':>7} {'error':>6} {args.ramps.split(',')[0]:>9} "
+          + " ".join(f"{r:>9}" for r in args.ramps.split(",")[1:]))  # fmt: skip
+    for name, epsilons in cells_to_run(args).items():
+        batch, domain, ordered = load(name)
+        true = counts(batch, domain, 3)
+        for epsilon in epsilons:
+            rho = epsilon_to_zcdp(epsilon, delta=DELTA)
+            medians = []
+            for low, high in ramps:
+                aim_module.VERY_NOISY_ONE_WAYS = (low, high * (1 + 1e-9))  # a step where low == high
+                runs = [model_error(true, domain, ordered, rho, seed, AIM_DEFAULTS) for seed in range(args.seeds)]
+                medians.append(float(np.median(runs)))
+            error = one_way_error(domain, rows=batch.num_rows, rho=rho)
+            ratios = " ".join(f"{m / medians[0]:>9.3f}" for m in medians[1:])
+            print(f"{name:<9} {epsilon:>7g} {error:>6.3f} {medians[0]:>9.4f} {ratios}", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ sensitivity of any marginal: K):
 1. a share of rho measures every 1-way marginal with discrete Gaussian noise: by default a tenth;
    then, by how noisy the 1-ways would be if they had all of rho (``one_way_error``, from the data's
    size estimated from those noisy marginals), they are measured again: to a quarter of rho in all
-   from ``NOISY_ONE_WAYS``, and to three quarters from ``VERY_NOISY_ONE_WAYS``, where noisy
+   from ``NOISY_ONE_WAYS``, rising to three quarters over ``VERY_NOISY_ONE_WAYS``, where noisy
    marginals of more columns would mostly add noise (``one_way_shares``);
    codes whose estimated count is under ``RARE`` times its noise are then merged, one merged code
    a column (as MST does: ``compression``, post-processing), and every later measurement counts
@@ -62,10 +62,13 @@ _SELECT_SHARE = 0.1  # of each round's rho, as in AIM
 # Defaults chosen on half of the benchmark's tables by benchmarks/tune_synth.py's rule (issue 16):
 # The 1-ways' share of rho, by one_way_error (rules before 2026-12-07 read the rows per unit of noise instead):
 FIRST_ONE_WAY_SHARE = 0.1  # of rho, on the 1-way marginals first: all they get where they are precise
-ONE_WAY_SHARE = 0.25  # in all, from NOISY_ONE_WAYS
-SMALL_DATA_ONE_WAY_SHARE = 0.75  # in all, from VERY_NOISY_ONE_WAYS (0.9 until 2026-12-04)
+ONE_WAY_SHARE = 0.25  # in all, from NOISY_ONE_WAYS to the bottom of VERY_NOISY_ONE_WAYS
+SMALL_DATA_ONE_WAY_SHARE = 0.75  # in all, from the top of VERY_NOISY_ONE_WAYS (0.9 until 2026-12-04)
 NOISY_ONE_WAYS = 0.3  # one_way_error from which the 1-ways get ONE_WAY_SHARE
-VERY_NOISY_ONE_WAYS = 1.0  # and from which they get SMALL_DATA_ONE_WAY_SHARE
+# one_way_error over which the share rises from ONE_WAY_SHARE to SMALL_DATA_ONE_WAY_SHARE, linearly in its log
+# (a step at 1.0 until 2026-12-07: data near it took either share by the noise of its estimated size)
+VERY_NOISY_ONE_WAYS = (0.7, 1.1)
+ONE_WAY_MEASUREMENTS = 2  # of each 1-way at most, by one_way_shares (three until 2026-12-07)
 ROUNDS_PER_COLUMN = 16  # 4 from 2026-12-02, 16 again with rare codes merged (2026-12-03)
 # A refit's steps, each a few dozen passes over the model's cells: at most FIT_WORK / cells (the last fit's
 # FINAL_FIT_WORK / cells), binding on models over 200,000 and 100,000 cells only (where they reach 250 and 2,000
@@ -93,7 +96,7 @@ def check_parameters(
     when an argument is bad, the 1-way marginals alone exceed ``max_cells``, or the run would
     hold more than ``MAX_MEMORY``: the workload's counts, the true counts of its downward
     closure (and one merged copy at a time, while rare codes are merged), a fit's copies of a model
-    of at most ``max_cells`` cells, and one measurement per column (up to three: ``one_way_shares``) and per
+    of at most ``max_cells`` cells, and one measurement per column (up to ``ONE_WAY_MEASUREMENTS``) and per
     round (at most ``rounds`` + 1 rounds: each spends at least rho / rounds of the rest), each at
     most the largest candidate.
     """
@@ -110,7 +113,7 @@ def check_parameters(
     closure = [math.prod(domain[c] for c in r) for r in _closure_weights([tuple(s) for s in workload], order)]
     model = min(max_cells, math.prod(domain.values()))
     largest = min(max_cells, max(closure))
-    measurements = (3 * len(domain) + rounds + 1) * largest  # the 1-ways at most three times, then the rounds
+    measurements = (ONE_WAY_MEASUREMENTS * len(domain) + rounds + 1) * largest  # the 1-ways, then the rounds
     measurements += max(closure)  # a true marginal and its merged copy, while rare codes are merged
     arrays = 8 * (sum(cells) + sum(closure) + _MODEL_COPIES * model + measurements) + EXACT_CELL_BYTES * largest
     return check_memory(arrays, "AIM", "use fewer rounds or columns, or smaller domains")
@@ -159,7 +162,8 @@ def aim(
     chosen on half of the benchmark's tables, never the other half (benchmarks/tune_synth.py); the
     merging of rare codes and 16 rounds a column (4 on 2026-12-02) by the same rule on 2026-12-03; the
     small data's share (0.9 until then) on 2026-12-04, once merged codes were spread smoothly; the first
-    share and the thresholds, on ``one_way_error`` instead of the rows per unit of noise, on 2026-12-07.
+    share and the thresholds, on ``one_way_error`` instead of the rows per unit of noise, on 2026-12-07, and
+    later that day the ramp in place of a step at 1.0 (``one_way_share_for``).
 
     The tolerances are defaults new on 2026-12-02 (until then every refit ran all its steps), so
     that a 15-column table of UCI Adult's layout runs in minutes (issue 16). They were set from
@@ -320,21 +324,28 @@ class _AimRun:
 
 
 def one_way_shares(run: _AimRun, rho: float) -> Iterator[float]:
-    """The default 1-way measurements' shares of rho, the later ones chosen once the first is measured.
+    """The default 1-way measurements' shares of rho, the second chosen once the first is measured.
 
     First ``FIRST_ONE_WAY_SHARE``. Then ``one_way_error`` at the data's size estimated from those
-    measurements (post-processing), read once: from ``NOISY_ONE_WAYS`` the 1-ways again, to ``ONE_WAY_SHARE``
-    in all, and from ``VERY_NOISY_ONE_WAYS`` once more, to ``SMALL_DATA_ONE_WAY_SHARE``. Where the
-    1-ways are noisy a round's noisy marginal of several columns mostly adds noise; where they are
-    precise the rounds gain more from rho than they do (tune_synth.py). The choice reads released
-    measurements and public parameters only.
+    measurements (post-processing), read once: from ``NOISY_ONE_WAYS`` the 1-ways again, to
+    ``one_way_share_for`` that error in all. Where the 1-ways are noisy a round's noisy marginal of several
+    columns mostly adds noise; where they are precise the rounds gain more from rho than they do
+    (tune_synth.py). The choice reads released measurements and public parameters only.
     """
     yield FIRST_ONE_WAY_SHARE
     error = one_way_error(run.domain, rows=_total(run.measurements), rho=rho, max_rows=run.max_rows)
     if error >= NOISY_ONE_WAYS:
-        yield ONE_WAY_SHARE - FIRST_ONE_WAY_SHARE
-    if error >= VERY_NOISY_ONE_WAYS:
-        yield SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE
+        yield one_way_share_for(error) - FIRST_ONE_WAY_SHARE
+
+
+def one_way_share_for(error: float) -> float:
+    """The 1-ways' share of rho in all at a ``one_way_error`` of at least ``NOISY_ONE_WAYS``: ``ONE_WAY_SHARE``
+    up to the bottom of ``VERY_NOISY_ONE_WAYS``, ``SMALL_DATA_ONE_WAY_SHARE`` from its top, between them
+    linear in log(error). A ramp, not a step: the error is read at an estimated size, and data near a step
+    took either share by that estimate's noise (docs/benchmarks.md, "the 1-way share's ramp")."""
+    low, high = VERY_NOISY_ONE_WAYS
+    rise = min(1.0, max(0.0, math.log(error / low) / math.log(high / low)))
+    return ONE_WAY_SHARE + rise * (SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE)
 
 
 def one_way_error(domain: dict[str, int], *, rows: float, rho: float, max_rows: int = 1) -> float:

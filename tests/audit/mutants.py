@@ -299,6 +299,14 @@ MUTANTS = [
         ("tests/synth/test_aim.py::test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts",),
     ),
     Mutant(
+        "AIM's 1-way share reads one true marginal's size, not the noisy 1-ways",
+        "beam_expmech/synth/aim.py",
+        "error = one_way_error(run.domain, rows=_total(run.measurements), rho=rho, max_rows=run.max_rows)",
+        "error = one_way_error(run.domain, rows=float(next(iter(run.truth.values())).sum()), rho=rho, "
+        "max_rows=run.max_rows)",
+        (f"{SHIPPED_SYNTHESIZE}[aim, public grids, epsilon 2]",),
+    ),
+    Mutant(
         "AIM merges rare codes by the true counts, not the noisy 1-ways",
         "beam_expmech/synth/aim.py",
         "estimates[c] = sum(m.values / m.sigma**2 for m in measured) / weight",

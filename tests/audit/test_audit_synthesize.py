@@ -125,6 +125,7 @@ CONFIGURATIONS = {
         ("age", "hours", "sector"),
     ),
     "aim, private age edges": (PRIVATE_AGE, ["--method", "aim"], ("hours", "sector")),  # age's top bin: an eighth
+    "aim, public grids, epsilon 2": (DOMAIN["age"], ["--method", "aim", "--epsilon", "2"], ()),
     "aim, public grids, epsilon 3": (DOMAIN["age"], ["--method", "aim", "--epsilon", "3"], ()),
     # auto's count picks its path: about 720 rows are z = 53 at epsilon 1 (the 1-ways), AIM's at 8
     "auto: independent 1-ways, public grids, two workers": (
@@ -141,13 +142,15 @@ CONFIGURATIONS = {
     "mwem, private age edges": (PRIVATE_AGE, ["--method", "mwem", "--rounds", "6", "--epsilon", "30"], ()),
     "blr": (DOMAIN["age"], ["--method", "blr", "--rows", "2", "--columns", "sector,flag"], ()),
 }
-# AIM measures its 1-ways once, twice or three times, the noisier they would be (aim.one_way_shares): one_way_error
-# 1.8 and 1.2 at epsilon 1, 0.53 at 3, 0.2 for auto's AIM at 8
-ONE_WAY_TIMES = {
-    "aim, public grids, two workers": 3,
-    "aim, private age edges": 3,
-    "aim, public grids, epsilon 3": 2,
-    "auto: aim, private age edges": 1,
+# AIM measures its 1-ways once, or twice to a share that grows with how noisy they would be (aim.one_way_shares):
+# one_way_error 1.8 and 1.2 at epsilon 1 (the top share), 0.82 at 2 (on the ramp), 0.53 at 3 (the bottom), 0.2 for
+# auto's AIM at 8 (measured once)
+ONE_WAY_SHARES = {
+    "aim, public grids, two workers": "top",
+    "aim, private age edges": "top",
+    "aim, public grids, epsilon 2": "ramp",
+    "aim, public grids, epsilon 3": "bottom",
+    "auto: aim, private age edges": "once",
 }
 AUTO_PATHS = {
     "auto: independent 1-ways, public grids, two workers": "independent",
@@ -167,6 +170,9 @@ def test_synthesize_as_shipped_is_post_processing_of_its_draws(audit, tmp_path, 
         overridden.append("--delta")  # mwem and blr are pure epsilon-DP: they take no --delta
     flags = [x for kv in defaults.items() if kv[0] not in overridden for x in kv] + list(more)  # a flag once
     coupling = Coupling(monkeypatch)
+    shares = []  # the 1-ways' second share, once each run (D's, D''s) reads it
+    share_for = aim_module.one_way_share_for
+    monkeypatch.setattr(aim_module, "one_way_share_for", lambda error: shares.append(share_for(error)) or shares[-1])
     write_inputs(tmp_path / "d", newcomer=False)
     write_inputs(tmp_path / "d_prime", newcomer=True)
     table, manifest = run(tmp_path / "d", flags)
@@ -184,11 +190,16 @@ def test_synthesize_as_shipped_is_post_processing_of_its_draws(audit, tmp_path, 
     assert set(kinds) == expected
     if configuration in AUTO_PATHS:  # the path the name says: the run is not vacuous
         assert manifest["generator"] == AUTO_PATHS[configuration]
-    if configuration in ONE_WAY_TIMES:  # each branch of AIM's 1-way shares is audited
-        one_ways, times = [[c] for c in manifest["columns"]], 0
-        while manifest["measured"][times * len(one_ways) : (times + 1) * len(one_ways)] == one_ways:
-            times += 1
-        assert times == ONE_WAY_TIMES[configuration]
+    if configuration in ONE_WAY_SHARES:  # each branch of AIM's 1-way shares is audited
+        low, high = aim_module.ONE_WAY_SHARE, aim_module.SMALL_DATA_ONE_WAY_SHARE
+        regime = {(): "once", (low, low): "bottom", (high, high): "top"}.get(tuple(shares), "ramp")
+        assert regime == ONE_WAY_SHARES[configuration], shares
+        if regime == "ramp":
+            assert len(shares) == 2 and shares[0] == shares[1] and low < shares[0] < high
+        one_ways = [[c] for c in manifest["columns"]]
+        times = 1 if regime == "once" else 2
+        assert manifest["measured"][: times * len(one_ways)] == one_ways * times
+        assert manifest["measured"][times * len(one_ways) : (times + 1) * len(one_ways)] != one_ways
     for kind, check in (("counts", "counts' L1 move / K, each draw"), ("scores", "scores' move / sensitivity")):
         if kind in kinds:
             audit.check(subject, check, cases=kinds.count(kind), worst=coupling.worst[kind], bound=1.0)

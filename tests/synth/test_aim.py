@@ -16,6 +16,7 @@ from beam_expmech.synth.aim import (
     FIRST_ONE_WAY_SHARE,
     MIN_FIT_STEPS,
     NOISY_ONE_WAYS,
+    ONE_WAY_MEASUREMENTS,
     ONE_WAY_SHARE,
     SMALL_DATA_ONE_WAY_SHARE,
     VERY_NOISY_ONE_WAYS,
@@ -23,6 +24,7 @@ from beam_expmech.synth.aim import (
     aim,
     check_parameters,
     one_way_error,
+    one_way_share_for,
     one_way_shares,
     scores,
 )
@@ -63,7 +65,7 @@ def test_beats_independent_marginals_and_stays_close_to_the_data():
     assert abs(result.rows - batch.num_rows) < 0.02 * batch.num_rows
 
 
-@pytest.mark.parametrize("rho", [1.0, 0.005])  # large data (1-ways measured once), and small (three times)
+@pytest.mark.parametrize("rho", [1.0, 0.005])  # large data (1-ways measured once), and small (twice)
 def test_the_model_never_outgrows_its_cap_and_the_run_holds_less_than_it_states(rho):
     batch, domain = load("titanic", 6)  # Age has 91 codes
     workload = marginals(batch, domain, 3)
@@ -159,20 +161,41 @@ def test_a_model_that_is_not_finite_leaves_the_scores_within_their_sensitivity()
     assert abs(after[0] - before[0]) <= sensitivity
 
 
-@pytest.mark.parametrize(  # 1,304 rows: one_way_error 1.6, 2.2 (K = 3), 0.72, 0.69 (K = 3) and 0.07
-    "rho, max_rows, measured", [(0.002, 1, 3), (0.01, 3, 3), (0.01, 1, 2), (0.1, 3, 2), (1.0, 1, 1)]
+@pytest.mark.parametrize(  # 1,304 rows: one_way_error 1.6, 2.2 (K = 3), 0.9, 0.51, 0.49 (K = 3) and 0.07
+    "rho, max_rows, share",
+    [(0.002, 1, "top"), (0.01, 3, "top"), (0.0064, 1, "ramp"), (0.02, 1, "bottom"), (0.2, 3, "bottom"), (1.0, 1, None)],
 )
-def test_the_one_ways_are_measured_again_the_noisier_they_would_be(rho, max_rows, measured):
+def test_the_one_ways_are_measured_again_the_noisier_they_would_be(rho, max_rows, share):
     batch, domain = load("titanic", 5)
     result = aim(marginals(batch, domain, 2), domain, rho=rho, max_rows=max_rows, rng=97)
     d, one_ways = len(domain), [(c,) for c in domain]
-    shares = [FIRST_ONE_WAY_SHARE, ONE_WAY_SHARE - FIRST_ONE_WAY_SHARE, SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE]
-    for time, share in enumerate(shares[:measured]):
-        assert result.measured[time * d : (time + 1) * d] == one_ways
-        spent = math.fsum(r.rho for r in result.releases[time * d : (time + 1) * d])
-        assert spent == pytest.approx(share * rho, rel=1e-9)
+    measured = 1 if share is None else 2
+    assert result.measured[: measured * d] == one_ways * measured
     assert result.measured[measured * d : (measured + 1) * d] != one_ways  # the rounds follow
+    first = math.fsum(r.rho for r in result.releases[:d])
+    assert first == pytest.approx(FIRST_ONE_WAY_SHARE * rho, rel=1e-9)
+    total = math.fsum(r.rho for r in result.releases[: measured * d]) / rho
+    if share == "top":
+        assert total == pytest.approx(SMALL_DATA_ONE_WAY_SHARE, rel=1e-9)
+    elif share == "bottom":
+        assert total == pytest.approx(ONE_WAY_SHARE, rel=1e-9)
+    elif share == "ramp":
+        assert ONE_WAY_SHARE * (1 + 1e-6) < total < SMALL_DATA_ONE_WAY_SHARE * (1 - 1e-6)
     assert math.fsum(r.rho for r in result.releases) <= rho
+
+
+def test_the_one_way_share_rises_with_the_error_linearly_in_its_log():
+    low, high = VERY_NOISY_ONE_WAYS
+    assert one_way_share_for(NOISY_ONE_WAYS) == ONE_WAY_SHARE
+    assert one_way_share_for(low) == ONE_WAY_SHARE
+    assert one_way_share_for(high) == pytest.approx(SMALL_DATA_ONE_WAY_SHARE)
+    assert one_way_share_for(100.0) == SMALL_DATA_ONE_WAY_SHARE
+    middle = (ONE_WAY_SHARE + SMALL_DATA_ONE_WAY_SHARE) / 2
+    assert one_way_share_for(math.sqrt(low * high)) == pytest.approx(middle)
+    quarter = (3 * ONE_WAY_SHARE + SMALL_DATA_ONE_WAY_SHARE) / 4  # a quarter of the way up: linear in the log
+    assert one_way_share_for(low**0.75 * high**0.25) == pytest.approx(quarter)
+    errors = np.geomspace(NOISY_ONE_WAYS, 10.0, 200)
+    assert np.all(np.diff([one_way_share_for(e) for e in errors]) >= 0)
 
 
 def test_a_given_one_way_share_is_spent_once():
@@ -201,12 +224,25 @@ def test_the_small_data_rule_reads_the_noisy_measurements_never_the_true_counts(
     def rows(error: float) -> float:  # where one_way_error is error: it falls as 1 / rows
         return one_way_error(domain, rows=1.0, rho=rho) / error
 
-    first, again = FIRST_ONE_WAY_SHARE, pytest.approx(ONE_WAY_SHARE - FIRST_ONE_WAY_SHARE)
-    last = pytest.approx(SMALL_DATA_ONE_WAY_SHARE - ONE_WAY_SHARE)
-    assert shares(noisy=0.99 * rows(VERY_NOISY_ONE_WAYS), true=10**6) == [first, again, last]
-    assert shares(noisy=1.01 * rows(VERY_NOISY_ONE_WAYS), true=1) == [first, again]
-    assert shares(noisy=0.99 * rows(NOISY_ONE_WAYS), true=10**6) == [first, again]
+    first, low, high = FIRST_ONE_WAY_SHARE, VERY_NOISY_ONE_WAYS[0], VERY_NOISY_ONE_WAYS[1]
+    bottom = pytest.approx(ONE_WAY_SHARE - first)
+    assert shares(noisy=0.99 * rows(high), true=10**6) == [first, pytest.approx(SMALL_DATA_ONE_WAY_SHARE - first)]
+    middle = math.sqrt(low * high)
+    ramp = pytest.approx((ONE_WAY_SHARE + SMALL_DATA_ONE_WAY_SHARE) / 2 - first)
+    assert shares(noisy=rows(middle), true=1) == [first, ramp]
+    assert shares(noisy=rows(middle), true=10**6) == [first, ramp]
+    assert shares(noisy=1.01 * rows(low), true=1) == [first, bottom]
+    assert shares(noisy=0.99 * rows(NOISY_ONE_WAYS), true=10**6) == [first, bottom]
     assert shares(noisy=1.01 * rows(NOISY_ONE_WAYS), true=1) == [first]
+
+
+@pytest.mark.parametrize("rows", [1.0, 1e-3, 0.5, 3e5, 1e300])  # 1-way errors from tiny to overflowing
+def test_the_one_ways_are_measured_at_most_as_often_as_check_parameters_counts(rows):
+    domain = {"a": 2, "b": 90}
+    run = SimpleNamespace(domain=domain, measurements=[Measurement(("a",), np.array([rows, 0.0]), 1.0)], max_rows=1)
+    shares = list(one_way_shares(run, rho=1e-6))
+    assert 1 <= len(shares) <= ONE_WAY_MEASUREMENTS
+    assert all(share > 0 for share in shares) and sum(shares) <= SMALL_DATA_ONE_WAY_SHARE + 1e-12
 
 
 @pytest.mark.parametrize("rows, rho", [(0.0, 1.0), (-5.0, 1.0), (10.0, 0.0), (float("nan"), 1.0)])
