@@ -1,7 +1,8 @@
 """Synthetic data: workload error and time of our generators beside reference ones, in one run.
 
     python -m benchmarks.bench_synth [--datasets nltcs,titanic,payroll,fair,...] [--epsilons 1.0,0.3]
-        [--seeds 3] [--no-reference | --references mst,aim,pgm-mst,pgm-aim] [--no-ours | --ours auto,aim,...]
+        [--seeds 3 [--first-seed 0]] [--no-reference | --references mst,aim,pgm-mst,pgm-aim]
+        [--no-ours | --ours auto,aim,...]
         [--reference-aim-rounds 8,nltcs=16]
         [--pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128]]
     python -m benchmarks.bench_synth --write-wide DIR    (the wide table as Parquet, for pipelines.synthesize)
@@ -546,6 +547,7 @@ def generator_arguments(parser: argparse.ArgumentParser, datasets: list[str], ou
     parser.add_argument("--datasets", default=",".join(datasets))
     parser.add_argument("--epsilons", default="1.0,0.3")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="the first seed run (a run split in parts)")
     parser.add_argument("--no-reference", action="store_true", help="skip the references (OpenDP's, Private-PGM's)")
     parser.add_argument(
         "--references",
@@ -566,6 +568,8 @@ def parse_generator_arguments(parser: argparse.ArgumentParser) -> argparse.Names
     """``parser.parse_args()``, then the references settled: ``references`` the set to run, ``pgm`` Private-PGM
     (None without its flags: its references are then dropped, and a line says so)."""
     args = parser.parse_args()
+    if args.seeds < 1 or args.first_seed < 0:
+        parser.error("--seeds must be at least 1 and --first-seed at least 0")
     args.pgm = private_pgm.configured(parser, args)
     default = "mst,aim" if args.pgm is None else "mst,aim,pgm-mst,pgm-aim"
     references = set() if args.no_reference else set((args.references or default).split(","))
@@ -612,7 +616,7 @@ def main() -> None:
                   flush=True)  # fmt: skip
             rows: dict[str, list] = {}
             failed: dict[str, int] = {}
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for method, fit in generators(
                     batch, domain, ordered, true, one_way, epsilon, rho, seed, args, rounds_of(name),
                     pgm_aim_rounds=pgm_rounds_of(name),

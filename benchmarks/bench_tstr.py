@@ -1,6 +1,6 @@
 """Train on synthetic, test on real (issue 38): what the released rows are worth to a model.
 
-    python -m benchmarks.bench_tstr [--datasets titanic,fair,...] [--epsilons 1.0,0.3] [--seeds 3]
+    python -m benchmarks.bench_tstr [--datasets titanic,fair,...] [--epsilons 1.0,0.3] [--seeds 3 [--first-seed 0]]
         [--references mst,aim,pgm-mst,pgm-aim | --no-reference] [--ours auto,mwem,independent]
         [--reference-aim-rounds 8,nltcs=16] [--pgm-python PYTHON --pgm-source TREE [--pgm-aim-rounds 64,nltcs=128]]
 
@@ -114,7 +114,7 @@ def main() -> None:
             print(f"# {name} {epsilon:g}: {train.num_rows:,} rows, z = {z:.1f}", file=sys.stderr, flush=True)
             runs: dict[str, list] = {}
             failed: dict[str, int] = {}
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for method, fit in generators(train, domain, ordered, true, one_way, epsilon, rho, seed, args,
                                               rounds_of(name), target=target,
                                               pgm_aim_rounds=pgm_rounds_of(name)):  # fmt: skip
