@@ -4,7 +4,8 @@
         [--seeds 3 [--first-seed 0]] [--no-reference | --references mst,aim,pgm-mst,pgm-aim]
         [--no-ours | --ours auto,aim,...]
         [--reference-aim-rounds 8,nltcs=16]
-        [--pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128]]
+        [--pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128]
+         [--margnet-source /work/margnet-src]]
     python -m benchmarks.bench_synth --write-wide DIR    (the wide table as Parquet, for pipelines.synthesize)
 
 Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
@@ -73,6 +74,10 @@ each table, a comment line gives the process's peak RSS so far) of
                ("pgm AIM T=..."): the 1-ways AIM measures first take 0.9 d / T of rho (5.6% at 16 d; 84% at
                T = 16 on 15 columns), so a cap far below 16 d starves a wide table's 3-ways; and AIM halves
                its noise as it goes, so it runs far fewer rounds than T on small tables (4 to 7 of 128 on penguins)
+  pgm MargNet  MargNet (Chen, Gong and Wang 2025): Private-PGM's pull request #48, mechanisms/margnet.py at b2f2b81
+               with the mbi of that tree (only with ``--margnet-source``, which adds it to the default
+               ``--references``), same rho, its 1-way charge fixed (benchmarks.private_pgm_runner); its model is
+               a mixture of products (its network's outputs), whose marginals are read exactly
   independent  noisy 1-way marginals (discrete Laplace, epsilon / d each), pure epsilon-DP
   1,000 rows   1,000 real rows sampled (not private: for scale; left out of tables of 1,000 rows or fewer)
 How OpenDP's references run: ``dp.Context.compositor(data, privacy_unit=dp.unit_of(contributions=1),
@@ -514,14 +519,17 @@ def pgm_reference(
         rounds=rounds,
     )
     private_pgm.report(label, fit)
-    model = log_potential_model(domain, fit.factors)
+    if fit.mixture is not None:  # MargNet
+        marginal = functools.partial(fit.marginal, domain)
+    else:
+        marginal = log_potential_model(domain, fit.factors).marginal
 
     def sample(rows: int, _seed: int) -> dict[str, np.ndarray]:
         if rows != batch.num_rows:
             raise ValueError(f"{label} drew {batch.num_rows} rows with its fit, not {rows}")
         return fit.rows
 
-    return Fitted(model.marginal, sample)
+    return Fitted(marginal, sample)
 
 
 def _stepped_down(prior, ulps: int, value: float) -> float:
@@ -551,8 +559,9 @@ def generator_arguments(parser: argparse.ArgumentParser, datasets: list[str], ou
     parser.add_argument("--no-reference", action="store_true", help="skip the references (OpenDP's, Private-PGM's)")
     parser.add_argument(
         "--references",
-        help="which of OpenDP's MST and AIM (mst, aim) and Private-PGM's (pgm-mst, pgm-aim) to run; default mst,aim "
-        "and, with --pgm-python and --pgm-source, pgm-mst,pgm-aim",
+        help="which of OpenDP's MST and AIM (mst, aim) and Private-PGM's (pgm-mst, pgm-aim, pgm-margnet) to run; "
+        "default mst,aim and, with --pgm-python and --pgm-source, pgm-mst,pgm-aim (and pgm-margnet with "
+        "--margnet-source)",
     )
     parser.add_argument("--no-ours", action="store_true", help="run the references only (a run split in parts)")
     parser.add_argument("--ours", default=",".join(ours), help="which of ours and the baselines to run")
@@ -572,12 +581,15 @@ def parse_generator_arguments(parser: argparse.ArgumentParser) -> argparse.Names
         parser.error("--seeds must be at least 1 and --first-seed at least 0")
     args.pgm = private_pgm.configured(parser, args)
     default = "mst,aim" if args.pgm is None else "mst,aim,pgm-mst,pgm-aim"
+    default += ",pgm-margnet" if args.pgm is not None and args.pgm.margnet_source is not None else ""
     references = set() if args.no_reference else set((args.references or default).split(","))
     if unknown := references - {"mst", "aim", *private_pgm.METHODS}:
         parser.error(f"--references: unknown {', '.join(sorted(unknown))}")
     if args.pgm is None and not args.no_reference:
         print("# Private-PGM's MST and AIM skipped: no --pgm-python and --pgm-source", flush=True)
         references -= set(private_pgm.METHODS)
+    if "pgm-margnet" in references and args.pgm.margnet_source is None:
+        parser.error("--references pgm-margnet needs --margnet-source")
     args.references = references
     return args
 
@@ -702,7 +714,7 @@ def generators(batch, domain, ordered, true, one_way, epsilon, rho, seed, args, 
     for name, method in private_pgm.METHODS.items():
         if name in references:
             rounds = pgm_aim_rounds if method == "aim" else None
-            label = f"pgm {method.upper()}" + ("" if rounds is None else f" T={rounds}")
+            label = f"pgm {private_pgm.LABELS[method]}" + ("" if rounds is None else f" T={rounds}")
             yield label, functools.partial(pgm_reference, args.pgm, batch, domain, method, epsilon=epsilon, rho=rho,
                                            seed=seed, rounds=rounds, label=label)  # fmt: skip
     if "independent" in ours:

@@ -1,4 +1,4 @@
-"""Private-PGM's own MST and AIM as benchmark references, run in a process and interpreter of their own.
+"""Private-PGM's own MST and AIM (and MargNet) as benchmark references, run in a process and interpreter of their own.
 
     python -m benchmarks.bench_synth --references pgm-mst,pgm-aim \\
         --pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128]
@@ -43,6 +43,17 @@ refits the model (1,000 mirror descent steps, JAX recompiling for each new set o
 penguins and 12 s on fair (2 busy cores). So no cap by default: on the small tables AIM's own budget ends it
 within a few minutes, and a cap would only move rho to the 1-ways; ``--pgm-aim-rounds`` is for long runs.
 
+MargNet (Chen, Gong and Wang 2025; ``--references pgm-margnet``, with ``--margnet-source``): Private-PGM's pull
+request #48, ``mechanisms/margnet.py`` at b2f2b81, with the ``mbi`` of that tree (its ``MargNN``, a network in
+flax), exported as the master tree is; it runs with ``--pgm-python``, whose venv then needs flax too
+(``pip install flax 'jax==0.7.0' 'jaxlib==0.7.0'``: flax 0.11.2 was measured). It measures the 1-ways, then picks
+2-way marginals by the exponential mechanism until its rho is spent, retraining the network (300 Adam steps)
+after each. Its 1-way charge is fixed as it runs (``private_pgm_runner.MARGNET_FIXES``): unfixed, each 1-way is
+charged d times: on 15 columns its accounting would count 84% of rho as spent on 1-ways that spend 5.6%, and
+78% of rho would never be spent, which would measure MargNet's bug, not its method. Its network is seeded with
+the bench's seed as well (theirs is 0 in every run). Its model is a mixture of product distributions,
+one for each of its network's 512 fixed inputs; ``PgmFit.marginal`` reads their marginals exactly.
+
 Seeds: the runner seeds numpy's global generator with the bench's seed (their noise, exponential
 mechanism and sampling all draw from it), and runs with PYTHONHASHSEED=0, since AIM lists its candidate
 marginals out of a set of tuples of str, whose order (and so which marginal a draw picks, and which noise
@@ -64,7 +75,8 @@ from pathlib import Path
 import numpy as np
 
 RUNNER = Path(__file__).with_name("private_pgm_runner.py")
-METHODS = {"pgm-mst": "mst", "pgm-aim": "aim"}  # --references names -> the runner's --method
+METHODS = {"pgm-mst": "mst", "pgm-aim": "aim", "pgm-margnet": "margnet"}  # --references names -> the runner's --method
+LABELS = {"mst": "MST", "aim": "AIM", "margnet": "MargNet"}  # the runner's --method -> the benches' labels
 MAX_MODEL_SIZE = 80.0  # MB, AIM's max_model_size: Private-PGM's and OpenDP's default
 
 
@@ -86,6 +98,15 @@ class PgmFit:
     factors: list[tuple[tuple[str, ...], np.ndarray]]  # the model's log-potentials, on the original codes
     rows: dict[str, np.ndarray]  # rows drawn from the model, as many as asked for: {column: codes}
     info: dict  # the runner's seconds, the model's cliques, AIM's rounds
+    mixture: np.ndarray | None = None  # MargNet's model instead of factors: product distributions, one a row
+
+    def marginal(self, domain: dict[str, int], columns: tuple[str, ...]) -> np.ndarray:
+        """The mixture's marginal on ``columns`` (MargNet's), normalised, an axis a column."""
+        starts = dict(zip(domain, np.cumsum([0, *domain.values()])[:-1], strict=True))
+        parts = [self.mixture[:, starts[c] : starts[c] + domain[c]] for c in columns]
+        axes = "".join(chr(ord("b") + i) for i in range(len(parts)))
+        joint = np.einsum(",".join(f"a{x}" for x in axes) + f"->{axes}", *parts) / len(self.mixture)
+        return joint / joint.sum()
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,7 @@ class PrivatePgm:
 
     python: Path
     source: Path
+    margnet_source: Path | None = None  # pull request #48's tree (b2f2b81), for MargNet
 
     def run(
         self,
@@ -107,9 +129,9 @@ class PrivatePgm:
         seed: int,
         rounds: int | None = None,
     ) -> PgmFit:
-        """Private-PGM's ``method`` ("mst" or "aim") on the table ``columns`` (codes 0 .. size - 1 of ``domain``)
-        at exactly ``rho``-zCDP, and as many rows as the table has, drawn from its model; ``rounds``: AIM's T
-        (None: its default, 16 d)."""
+        """Private-PGM's ``method`` ("mst", "aim" or "margnet") on the table ``columns`` (codes 0 .. size - 1 of
+        ``domain``) at exactly ``rho``-zCDP, and as many rows as the table has, drawn from its model; ``rounds``:
+        AIM's T (None: its default, 16 d)."""
         rows = len(next(iter(columns.values())))
         with tempfile.TemporaryDirectory(prefix="private-pgm-") as folder:
             given, answer = Path(folder, "in.npz"), Path(folder, "out.npz")
@@ -119,7 +141,8 @@ class PrivatePgm:
                 names=np.array(list(domain)),
                 sizes=np.array(list(domain.values()), dtype=np.int64),
             )
-            command = [str(self.python), str(RUNNER), "--source", str(self.source), "--method", method]
+            source = self.margnet_source if method == "margnet" else self.source
+            command = [str(self.python), str(RUNNER), "--source", str(source), "--method", method]
             floats = {"epsilon": epsilon, "delta": delta, "rho": rho, "max-model-size": MAX_MODEL_SIZE}
             for flag, value in floats.items():
                 command += [f"--{flag}", repr(float(value))]  # a float's repr reads back as the same float
@@ -137,7 +160,8 @@ class PrivatePgm:
                 factors = [(tuple(c), stored[f"factor_{i}"]) for i, c in enumerate(names)]
                 codes = stored["rows"]
                 info = json.loads(str(stored["info"]))
-        return PgmFit(factors, {c: codes[:, i] for i, c in enumerate(domain)}, info)
+                mixture = stored.get("mixture")
+        return PgmFit(factors, {c: codes[:, i] for i, c in enumerate(domain)}, info, mixture)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,11 +173,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="Private-PGM AIM's T: a number for every dataset and/or NAME=T for one (default 16 d)",
     )
+    parser.add_argument(
+        "--margnet-source",
+        type=Path,
+        help="Private-PGM's tree at b2f2b81 (pull request #48: mechanisms/margnet.py, src/mbi/nn_generator.py), run "
+        "with --pgm-python (which then needs flax)",
+    )
 
 
 def configured(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PrivatePgm | None:
     """Private-PGM from the flags, checked (None when neither is given)."""
     if args.pgm_python is None and args.pgm_source is None:
+        if args.margnet_source is not None:
+            parser.error("--margnet-source runs with --pgm-python and --pgm-source")
         return None
     if args.pgm_python is None or args.pgm_source is None:
         parser.error("--pgm-python and --pgm-source go together")
@@ -162,15 +194,21 @@ def configured(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Pri
     for part in ("mechanisms/aim.py", "mechanisms/mst.py", "mechanisms/mechanism.py", "src/mbi/__init__.py"):
         if not (args.pgm_source / part).is_file():
             parser.error(f"--pgm-source {args.pgm_source}: no {part} (Private-PGM's tree at master)")
-    return PrivatePgm(args.pgm_python, args.pgm_source.resolve())
+    margnet = args.margnet_source
+    for part in ("mechanisms/margnet.py", "src/mbi/nn_generator.py") if margnet is not None else ():
+        if not (margnet / part).is_file():
+            parser.error(f"--margnet-source {margnet}: no {part} (Private-PGM's tree at b2f2b81)")
+    return PrivatePgm(args.pgm_python, args.pgm_source.resolve(), margnet and margnet.resolve())
 
 
 def report(label: str, fit: PgmFit) -> None:
     """One comment line on stderr: the runner's own seconds, and for AIM the rounds it ran."""
     info = fit.info
     rounds = ""
-    if "rounds measured" in info:  # AIM
+    if "sigma halved" in info:  # AIM
         rounds = f", {info['rounds measured']} rounds (noise halved {info['sigma halved']} times)"
+    if "noise lowered" in info:  # MargNet: its rho a round doubled, the noise divided by sqrt(2)
+        rounds = f", {info['rounds measured']} rounds (rho a round doubled {info['noise lowered']} times)"
     print(
         f"# {label}: fit {info['fit seconds']:.1f} s, rows {info['sample seconds']:.1f} s in its process{rounds}",
         file=sys.stderr,

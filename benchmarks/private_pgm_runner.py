@@ -1,15 +1,19 @@
-"""Runs Private-PGM's own MST or AIM once, under Private-PGM's interpreter (launched by benchmarks.private_pgm).
+"""Runs Private-PGM's own MST, AIM or MargNet once, under Private-PGM's interpreter (launched by
+benchmarks.private_pgm).
 
-    PGM_PYTHON benchmarks/private_pgm_runner.py --source PGM_SOURCE --method mst|aim --epsilon E --delta D
+    PGM_PYTHON benchmarks/private_pgm_runner.py --source PGM_SOURCE --method mst|aim|margnet --epsilon E --delta D
         --rho RHO --seed S --rows N [--rounds T] [--max-model-size MB] IN.npz OUT.npz
 
 IN.npz: ``codes`` (rows x columns, int64), ``names`` and ``sizes`` (the domain, in column order). OUT.npz: ``rows``
 (N rows drawn from the fitted model, as ``codes``), ``cliques`` (JSON: each factor's columns) with ``factor_<i>``
-(its log-potential, axes in those columns' order, on the original codes), and ``info`` (JSON: seconds and counts).
+(its log-potential, axes in those columns' order, on the original codes), ``mixture`` for MargNet instead (its
+model: a mixture of product distributions, one a row, each column's probabilities side by side), and ``info``
+(JSON: seconds and counts).
 
 This file imports nothing of beam-expmech: only numpy and Private-PGM, from PGM_SOURCE (its ``src`` for ``mbi``, its
-``mechanisms`` for ``mst``, ``aim`` and their own ``from mechanism import Mechanism``), put first on sys.path so that
-the ``mbi`` of that same source tree is the one imported. What their mechanisms print goes to this process's stderr.
+``mechanisms`` for ``mst``, ``aim``, ``margnet`` and their own ``from mechanism import Mechanism``), put first on
+sys.path so that the ``mbi`` of that same source tree is the one imported. What their mechanisms print goes to this
+process's stderr.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", required=True, type=Path, help="Private-PGM's source tree")
-    parser.add_argument("--method", required=True, choices=["mst", "aim"])
+    parser.add_argument("--method", required=True, choices=["mst", "aim", "margnet"])
     parser.add_argument("--epsilon", required=True, type=float)
     parser.add_argument("--delta", required=True, type=float)
     parser.add_argument("--rho", required=True, type=float, help="the zCDP budget the mechanism spends, exactly")
@@ -53,7 +57,7 @@ def main() -> None:
     printed = io.StringIO()
     start = time.perf_counter()
     with contextlib.redirect_stdout(printed):
-        fit = run_mst(data, args) if args.method == "mst" else run_aim(data, args)
+        fit = {"mst": run_mst, "aim": run_aim, "margnet": run_margnet}[args.method](data, args)
     fitted = time.perf_counter()
     rows = fit.sample(args.rows)
     info = {
@@ -64,6 +68,9 @@ def main() -> None:
     if args.method == "aim":
         info["rounds measured"] = printed.getvalue().count("Measuring Clique")
         info["sigma halved"] = printed.getvalue().count("Reducing sigma")
+    if args.method == "margnet":
+        info["rounds measured"] = printed.getvalue().count("selected marginal:")
+        info["noise lowered"] = printed.getvalue().count("sigma updated")
     sys.stderr.write(printed.getvalue())
     factors = fit.factors()
     np.savez(
@@ -72,6 +79,7 @@ def main() -> None:
         cliques=np.array(json.dumps([list(c) for c, _ in factors])),
         info=np.array(json.dumps(info)),
         **{f"factor_{i}": values for i, (_, values) in enumerate(factors)},
+        **({"mixture": fit.mixture} if isinstance(fit, MixtureFit) else {}),
     )
 
 
@@ -161,6 +169,63 @@ def run_aim(data, args: argparse.Namespace) -> Fit:
     workload = [(clique, 1.0) for clique in itertools.combinations(data.domain.attrs, 3)]
     model, _ = mechanism.run(data, workload, num_synth_rows=args.rows)
     return Fit(model)
+
+
+class MixtureFit:
+    """MargNet's fitted generator (mbi's ``MargNN``): its network maps each of a fixed batch of inputs to a product
+    distribution over the columns, and the model is their mixture, equal weights (what its ``sample`` draws from and
+    its ``obtain_sample_marginals`` sums)."""
+
+    def __init__(self, network) -> None:
+        self.network = network
+        output = network.model.apply(
+            {"params": network.params, "batch_stats": network.batch_stats}, network.uniform_sample(), train=False
+        )
+        self.mixture = np.exp(np.asarray(network.predict_x(output), dtype=np.float64))
+
+    def cliques(self) -> list[tuple[str, ...]]:
+        return []
+
+    def factors(self) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        return []
+
+    def sample(self, rows: int) -> dict[str, np.ndarray]:
+        """``rows`` rows from the mixture (``MargNN.sample``: a component, then each column from it)."""
+        codes = np.asarray(self.network.sample(rows))
+        return {c: codes[:, i] for i, c in enumerate(self.network.column_names)}
+
+
+MARGNET_FIXES = {  # margnet.py at b2f2b81: (its line, as run here)
+    # The 1-ways' loop charges each of them d times over: the run would end with most of rho unspent.
+    "            rho_used += measure_rho * len(one_way_marginals)\n": "            rho_used += measure_rho\n",
+    # Imported and never used (the network is mbi's MargNN, in JAX): not installed in Private-PGM's venv.
+    "import torch\n": "",
+    "import tomli\n": "",
+}
+
+
+def run_margnet(data, args: argparse.Namespace) -> MixtureFit:
+    """MargNet (Chen, Gong and Wang 2025), Private-PGM's pull request #48: ``mechanisms/margnet.py`` at b2f2b81,
+    ``MargDLGen(epsilon, delta, data, domain).fit_adaptive()``, its ``rho`` set to ours, its network seeded with
+    ``--seed`` (``MargNN(domain, seed=...)``; theirs is 0 for every run). The module is loaded from its file with the
+    lines of ``MARGNET_FIXES`` replaced (each must be found exactly once): its 1-way charge (issue 38's note: the
+    bug costs it only accuracy, and a fair reference spends all of rho) and two unused imports. Its workload is its
+    own (every 2-way marginal to choose from); its rows are drawn from its mixture (``MixtureFit.sample``)."""
+    source = (args.source / "mechanisms" / "margnet.py").read_text()
+    for line, fixed in MARGNET_FIXES.items():
+        if source.count(line) != 1:
+            raise SystemExit(f"margnet.py: expected the line {line.strip()!r} once (the tree at b2f2b81)")
+        source = source.replace(line, fixed)
+    margnet = types.ModuleType("margnet")
+    margnet.__file__ = str(args.source / "mechanisms" / "margnet.py")
+    exec(compile(source, margnet.__file__, "exec"), margnet.__dict__)
+    from mbi import MargNN
+
+    generator = margnet.MargDLGen(epsilon=args.epsilon, delta=args.delta, dataset=data, domain=data.domain)
+    generator.rho = args.rho
+    generator.model = MargNN(domain=data.domain.config, seed=args.seed)
+    generator.fit_adaptive()
+    return MixtureFit(generator.model)
 
 
 if __name__ == "__main__":
