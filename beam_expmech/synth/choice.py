@@ -11,9 +11,11 @@ epsilon_c^2 / 2, is ``COUNT_SHARE`` of rho(epsilon, delta); from that noisy coun
 z = n sqrt(2 rho) / K: rows per unit of the noise of a measurement that would spend all of rho. z's own noise
 is then Laplace of scale sqrt(2 rho) / epsilon_c: about 14 rows per unit of noise (more where delta is near
 1/2, and the count's epsilon capped). Under ``SMALL_Z``, the 1-ways are measured with the rest of epsilon
-(``independent_one_ways``; under ``SMOOTH_Z``, where their noise swamps the counts, smoothed towards
-uniform); otherwise AIM runs with the rest of rho. Both thresholds were chosen on the tuning half of the
-benchmark's tables (benchmarks/bench_synth.py), never the other half, as issue 16's defaults were.
+(``independent_one_ways``: each column's noisy counts read two ways, under ``SMOOTH_Z`` smoothed towards
+uniform where their noise swamps them, and through an empirical Bayes prior pooled over all columns' cells,
+the two estimates averaged); otherwise AIM runs with the rest of rho. Both thresholds were chosen on the
+tuning half of the benchmark's tables (benchmarks/bench_synth.py), never the other half, as issue 16's
+defaults were.
 
 Where the release names a ``target`` (the column its rows will be used to predict), the 1-ways would teach a
 model of it nothing: under ``SMALL_Z_TARGET`` the path for small data is ``naive_bayes`` instead (the target's
@@ -42,6 +44,7 @@ from beam_expmech.accounting import Release, epsilon_to_zcdp
 from beam_expmech.mechanisms.discrete_laplace import discrete_laplace_mechanism
 from beam_expmech.mechanisms.randomness import RandomLike, RandomSource, random_source
 from beam_expmech.synth import Progress, SynthesisResult, aim, check_workload, naive_bayes, normalised, sqrt_split
+from beam_expmech.synth.deconvolution import posterior_medians
 from beam_expmech.synth.mwem import FactoredModel
 
 COUNT_SHARE = 0.005  # of rho(epsilon, delta), on the count that chooses (epsilon_c 1.2% of epsilon at 1e-9)
@@ -142,24 +145,31 @@ def independent_one_ways(
 ) -> SynthesisResult:
     """Each column's 1-way marginal with discrete Laplace noise, the columns independent: pure ``epsilon``-DP.
 
-    Column c gets epsilon in proportion to sqrt(size_c) (``sqrt_split``). Its counts are clipped at 0,
-    ``smoothing`` times the noise's scale K / epsilon_c added to each (where noise swamps the counts, towards
-    uniform), and normalised. The size is the inverse-variance weighted mean of ``count`` ((noisy count, its
-    epsilon), released before) and the columns' noisy sums (post-processing).
+    Column c gets epsilon in proportion to sqrt(size_c) (``sqrt_split``). The size is the inverse-variance
+    weighted mean of ``count`` ((noisy count, its epsilon), released before) and the columns' noisy sums. Each
+    column's distribution is the mean of two estimates from its noisy counts: clipped at 0, ``smoothing`` times
+    the noise's scale K / epsilon_c added to each (where noise swamps the counts, towards uniform), normalised;
+    and their empirical Bayes posterior medians (``posterior_medians``: near 0 for the codes off a column's
+    few common ones, where the smoothing would lift them). Both are post-processing; their mean was chosen on
+    the tuning half of the benchmark's tables, where it beat either alone (docs/benchmarks.md, "the
+    independent path's 1-ways through an empirical Bayes prior").
     """
     noisy_count, count_epsilon = count
     sums, variances = [noisy_count], [2 * (max_rows / count_epsilon) ** 2]
-    components, releases = [], []
+    noisy, scales, releases = {}, {}, []
     for column, share in sqrt_split(domain, epsilon).items():
-        size = domain[column]
-        noisy = discrete_laplace_mechanism(
+        noisy[column] = discrete_laplace_mechanism(
             aim.marginal_from(marginals, (column,)), epsilon=share, sensitivity=max_rows, rng=source
         )
         releases.append(Release.pure(share, f"1-way marginal of {column}"))
-        sums.append(float(noisy.sum()))
-        variances.append(size * 2 * (max_rows / share) ** 2)
-        smoothed = np.maximum(noisy, 0).astype(np.float64) + smoothing * max_rows / share
-        components.append(((column,), normalised(smoothed)))
+        scales[column] = max_rows / share
+        sums.append(float(noisy[column].sum()))
+        variances.append(domain[column] * 2 * scales[column] ** 2)
     rows = np.average(sums, weights=1 / np.array(variances))
+    medians = posterior_medians(noisy, scales, rows=rows)
+    components = []
+    for column, counts in noisy.items():
+        smoothed = normalised(np.maximum(counts, 0).astype(np.float64) + smoothing * scales[column])
+        components.append(((column,), (smoothed + medians[column]) / 2))
     model = FactoredModel(dict(domain), components)
     return SynthesisResult(model, [(c,) for c in domain], releases, max(1, round(rows)), generator="independent")

@@ -377,6 +377,20 @@ MUTANTS = [
         (f"{SHIPPED_SYNTHESIZE}[auto: independent 1-ways, public grids, two workers]",),
     ),
     Mutant(
+        "auto's posterior medians read the true 1-ways, not the noisy ones",
+        "beam_expmech/synth/choice.py",
+        "    medians = posterior_medians(noisy, scales, rows=rows)",
+        "    medians = posterior_medians({c: aim.marginal_from(marginals, (c,)) for c in noisy}, scales, rows=rows)",
+        (f"{SHIPPED_SYNTHESIZE}[auto: independent 1-ways, public grids, two workers]",),
+    ),
+    Mutant(
+        "auto's posterior medians read the true row count (review: the rows drawn were the same on D and D')",
+        "beam_expmech/synth/choice.py",
+        "    medians = posterior_medians(noisy, scales, rows=rows)",
+        "    medians = posterior_medians(noisy, scales, rows=float(next(iter(marginals.values())).sum()))",
+        (f"{SHIPPED_SYNTHESIZE}[auto: independent 1-ways, public grids, two workers]",),
+    ),
+    Mutant(
         "auto chooses naive Bayes by the true row count, not the released one (review)",
         "beam_expmech/synth/choice.py",
         "    if target is not None and z < SMALL_Z_TARGET:",

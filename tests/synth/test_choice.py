@@ -148,25 +148,39 @@ def test_with_a_target_small_data_get_its_naive_bayes_and_large_data_aim(epsilon
         assert budget.spent() == pytest.approx(epsilon, rel=1e-9)
 
 
-@pytest.mark.parametrize("z,smoothed", [(0.0, 1.0), (choice.SMOOTH_Z / 2, 0.5), (choice.SMOOTH_Z + 1, 0.0)])
-def test_the_one_ways_are_smoothed_towards_uniform_by_how_small_the_released_count_is(monkeypatch, z, smoothed):
+@pytest.mark.parametrize("z,smoothed_by", [(0.0, 1.0), (choice.SMOOTH_Z / 2, 0.5), (choice.SMOOTH_Z + 1, 0.0)])
+def test_the_one_ways_are_smoothed_towards_uniform_by_how_small_the_released_count_is(monkeypatch, z, smoothed_by):
     """Under SMOOTH_Z each 1-way's clipped counts get (1 - z / SMOOTH_Z) noise scales added, towards uniform; z is
-    the released count's (the 1-ways here drawn as 5 in their first code, -3 in the others: clipped to 0)."""
+    the released count's (the 1-ways here drawn as 5 in their first code, -3 in the others: clipped to 0). Each
+    column is the mean of that and the posterior medians, which are handed the noisy counts and their scales."""
     epsilon, delta = 1.0, 1e-9
     count_epsilon, rho = choice.count_and_rho(epsilon, delta)
     drawn = z / math.sqrt(2 * rho)
+    handed = {}
 
     def mechanism(counts, **parameters):
         return np.array([drawn]) if counts.shape == (1,) else np.array([5] + [-3] * (counts.size - 1))
 
+    def medians(noisy, scales, *, rows):
+        handed.update(noisy=noisy, scales=scales, rows=rows)
+        return {c: np.eye(x.size)[-1] for c, x in noisy.items()}  # all on the last code
+
     monkeypatch.setattr(choice, "discrete_laplace_mechanism", mechanism)
+    monkeypatch.setattr(choice, "posterior_medians", medians)
     result = choice.aim_or_independent(workload(10_000), DOMAIN, epsilon=epsilon, delta=delta, rng=7)
     assert result.generator == "independent"
     total = math.fsum(map(math.sqrt, DOMAIN.values()))
+    scales = {c: total / ((epsilon - count_epsilon) * math.sqrt(size)) for c, size in DOMAIN.items()}  # K / eps_c
+    sums = [drawn] + [5 - 3 * (size - 1) for size in DOMAIN.values()]  # the size: their inverse-variance mean
+    weights = [count_epsilon**2 / 2] + [1 / (size * 2 * scales[c] ** 2) for c, size in DOMAIN.items()]
+    assert handed["rows"] == pytest.approx(np.average(sums, weights=weights), rel=1e-12)
     for column, size in DOMAIN.items():
-        scale = total / ((epsilon - count_epsilon) * math.sqrt(size))  # K / epsilon_c, K = 1
-        expected = np.array([5.0] + [0.0] * (size - 1)) + smoothed * scale
-        np.testing.assert_allclose(result.model.marginal([column]), expected / expected.sum(), rtol=1e-9)
+        scale = scales[column]
+        np.testing.assert_array_equal(handed["noisy"][column], [5] + [-3] * (size - 1))
+        assert handed["scales"][column] == pytest.approx(scale, rel=1e-12)
+        smoothed = np.array([5.0] + [0.0] * (size - 1)) + smoothed_by * scale
+        expected = (smoothed / smoothed.sum() + np.eye(size)[-1]) / 2
+        np.testing.assert_allclose(result.model.marginal([column]), expected, rtol=1e-9)
 
 
 @pytest.mark.parametrize("delta", [1e-300, 1e-9, 0.01, 0.3, 0.9])
