@@ -57,11 +57,18 @@ whose 1-way error is within the noise of the step (docs/benchmarks.md, "the 1-wa
 code ``--ramps 1:1,0.7:1.1 --seeds 40 --cells fair:0.1,anes96:1.5`` repeats its two largest gains.
 
 ``--one-ways W,...`` (issue 38) scores auto's independent path instead (``choice.independent_one_ways``, the
-count taken as the true size): the median model error over the seeds with each smoothing weight W (noise scales
+count taken as the true size, the posterior medians at their weight): the median model error over the seeds with
+each smoothing weight W (noise scales
 added to each clipped count), divided by W = 0's, beside each (table, epsilon)'s z. On the tuning tables where
 auto takes that path (diabetes and anes96 at small z; fair, nltcs and payroll never do), W = 1 - z / 40 under
 z = 40 (``choice.SMOOTH_Z``) was read off this table: ``--one-ways 0,0.25,0.5,1 --seeds 15 --epsilons 0.1,0.3,1
 --tables diabetes,anes96``.
+
+``--medians M,...`` scores the same path at today's smoothing rule with each weight M of the 1-ways' empirical
+Bayes posterior medians (``choice.MEDIANS_WEIGHT``; 0 is the path before them), divided by the first M's. The
+weight 0.5 was chosen on the 21 tuning cells that take the path (docs/benchmarks.md, "the independent path's
+1-ways through an empirical Bayes prior"): ``--medians 0,0.5,1 --seeds 60 --cells diabetes:0.05,diabetes:0.1,
+...`` (that section lists the cells). There the count's noise was drawn too; here the count is the true size.
 """
 
 from __future__ import annotations
@@ -78,7 +85,7 @@ from beam_expmech.accounting import epsilon_to_zcdp
 from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth import aim as aim_module
 from beam_expmech.synth.aim import aim, one_way_error
-from beam_expmech.synth.choice import count_and_rho, independent_one_ways
+from beam_expmech.synth.choice import SMOOTH_Z, count_and_rho, independent_one_ways
 from beam_expmech.synth.compression import RARE, SMOOTHING
 from benchmarks.bench_synth import DELTA, counts, errors, load
 
@@ -126,11 +133,14 @@ def main() -> None:
     parser.add_argument("--tables", default=",".join(TUNING))
     parser.add_argument("--cells", help="TABLE:EPSILON,... to run instead of every table at every epsilon")
     parser.add_argument("--one-ways", help="smoothing weights of auto's independent path to score instead")
+    parser.add_argument("--medians", help="weights of the posterior medians on auto's independent path to score")
     parser.add_argument("--scores-of", metavar="FILE", help="score the rules on a grid this command printed before")
     parser.add_argument("--ramps", help="LOW:HIGH,...: the default rule's ramps of the 1-way share to score instead")
     args = parser.parse_args()
     if args.one_ways:
         return one_ways(args)
+    if args.medians:
+        return medians_weights(args)
     if args.ramps:
         return ramps(args)
     rares = [None if r == "none" else float(r) for r in args.rare.split(",")]
@@ -267,6 +277,32 @@ def one_ways(args: argparse.Namespace) -> None:
                     runs.append(errors(true, model.marginal)[0])
                 medians.append(float(np.median(runs)))
             z = batch.num_rows * math.sqrt(2 * rho)
+            ratios = " ".join(f"{m / medians[0]:>9.3f}" for m in medians[1:])
+            print(f"{name:<9} {epsilon:>7g} {z:>6.0f} {medians[0]:>8.4f} {ratios}", flush=True)
+
+
+def medians_weights(args: argparse.Namespace) -> None:
+    """auto's independent path, today's smoothing, at each weight of its posterior medians: median error over the
+    seeds, over the first weight's."""
+    weights = [float(w) for w in args.medians.split(",")]
+    print(f"{'table':<9} {'epsilon':>7} {'z':>6} {f'M = {weights[0]:g}':>8} "
+          + " ".join(f"{f'M = {w:g}':>9}" for w in weights[1:]))  # fmt: skip
+    for name, epsilons in cells_to_run(args).items():
+        batch, domain, _ = load(name)
+        true = counts(batch, domain, 3)
+        for epsilon in epsilons:
+            count_epsilon, rho = count_and_rho(epsilon, DELTA)
+            z = batch.num_rows * math.sqrt(2 * rho)
+            medians = []
+            for weight in weights:
+                runs = [
+                    errors(true, independent_one_ways(
+                        true, domain, epsilon=epsilon - count_epsilon, max_rows=1,
+                        count=(batch.num_rows, count_epsilon), smoothing=max(0.0, 1 - z / SMOOTH_Z),
+                        medians_weight=weight, source=random_source(seed)).model.marginal)[0]
+                    for seed in range(args.seeds)
+                ]  # fmt: skip
+                medians.append(float(np.median(runs)))
             ratios = " ".join(f"{m / medians[0]:>9.3f}" for m in medians[1:])
             print(f"{name:<9} {epsilon:>7g} {z:>6.0f} {medians[0]:>8.4f} {ratios}", flush=True)
 

@@ -54,6 +54,7 @@ SMALL_Z = 96  # the tuning half's 1-ways won at z 76 and under, AIM at 120 and o
 SMALL_Z_TARGET = 900  # with a target: on the tuning half naive Bayes led AIM's AUC by over 0.01 in 10 of the 12
 # cells at z 881 and under (a tie at 370; at 6.6 both near a coin's 0.5), in none of the 6 at 938 and over
 SMOOTH_Z = 40  # under it, the 1-ways' noisy counts are smoothed towards uniform, the more the smaller z
+MEDIANS_WEIGHT = 0.5  # of the 1-ways' posterior medians in each column's estimate (the rest: clipped, smoothed)
 
 
 def aim_or_independent(
@@ -141,18 +142,19 @@ def independent_one_ways(
     max_rows: int,
     count: tuple[float, float],
     smoothing: float = 0.0,
+    medians_weight: float = MEDIANS_WEIGHT,
     source: RandomSource,
 ) -> SynthesisResult:
     """Each column's 1-way marginal with discrete Laplace noise, the columns independent: pure ``epsilon``-DP.
 
     Column c gets epsilon in proportion to sqrt(size_c) (``sqrt_split``). The size is the inverse-variance
     weighted mean of ``count`` ((noisy count, its epsilon), released before) and the columns' noisy sums. Each
-    column's distribution is the mean of two estimates from its noisy counts: clipped at 0, ``smoothing`` times
+    column's distribution is a weighted mean of two estimates from its noisy counts: clipped at 0, ``smoothing`` times
     the noise's scale K / epsilon_c added to each (where noise swamps the counts, towards uniform), normalised;
     and their empirical Bayes posterior medians (``posterior_medians``: near 0 for the codes off a column's
-    few common ones, where the smoothing would lift them). Both are post-processing; their mean was chosen on
-    the tuning half of the benchmark's tables, where it beat either alone (docs/benchmarks.md, "the
-    independent path's 1-ways through an empirical Bayes prior").
+    few common ones, where the smoothing would lift them), weighted ``medians_weight``. Both are post-processing;
+    their mean (``MEDIANS_WEIGHT``) was chosen on the tuning half of the benchmark's tables, where it beat either
+    alone (docs/benchmarks.md, "the independent path's 1-ways through an empirical Bayes prior").
     """
     noisy_count, count_epsilon = count
     sums, variances = [noisy_count], [2 * (max_rows / count_epsilon) ** 2]
@@ -170,6 +172,6 @@ def independent_one_ways(
     components = []
     for column, counts in noisy.items():
         smoothed = normalised(np.maximum(counts, 0).astype(np.float64) + smoothing * scales[column])
-        components.append(((column,), (smoothed + medians[column]) / 2))
+        components.append(((column,), (1 - medians_weight) * smoothed + medians_weight * medians[column]))
     model = FactoredModel(dict(domain), components)
     return SynthesisResult(model, [(c,) for c in domain], releases, max(1, round(rows)), generator="independent")

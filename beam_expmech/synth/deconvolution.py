@@ -10,8 +10,9 @@ decisions, and empirical Bayes rules"; Efron 2016, "Empirical Bayes deconvolutio
 ``PRIOR_STEPS`` steps from a uniform start, which keeps g smooth. Each cell is then its posterior median of r
 under g: near 0 for the codes off a column's few common ones, when their noisy counts are low beside the noise
 and g has mass near 0; near its count's r where the noise is small, to within half a step of the grid (whose
-steps grow with the largest column's size: 3% at 4 codes, 10% at 50). Post-processing of released counts only:
-no budget, nothing random. The cells are taken in blocks, so memory stays within a few ``BLOCK`` x grid arrays.
+steps grow with the largest column's size: 7% at 4 codes, 10% at 50, so within 3.5% and 5%). Post-processing of
+released counts only: no budget, nothing random. The cells are taken in blocks, so memory stays within a few
+``BLOCK`` x grid arrays, plus a few floats a cell.
 """
 
 from __future__ import annotations
