@@ -586,7 +586,7 @@ def parse_generator_arguments(parser: argparse.ArgumentParser) -> argparse.Names
     if unknown := references - {"mst", "aim", *private_pgm.METHODS}:
         parser.error(f"--references: unknown {', '.join(sorted(unknown))}")
     if args.pgm is None and not args.no_reference:
-        print("# Private-PGM's MST and AIM skipped: no --pgm-python and --pgm-source", flush=True)
+        print("# Private-PGM's references skipped: no --pgm-python and --pgm-source", flush=True)
         references -= set(private_pgm.METHODS)
     if "pgm-margnet" in references and args.pgm.margnet_source is None:
         parser.error("--references pgm-margnet needs --margnet-source")

@@ -59,7 +59,7 @@ code ``--ramps 1:1,0.7:1.1 --seeds 40 --cells fair:0.1,anes96:1.5`` repeats its 
 ``--one-ways W,...`` (issue 38) scores auto's independent path instead (``choice.independent_one_ways``, the
 count taken as the true size, the posterior medians at their weight): the median model error over the seeds with
 each smoothing weight W (noise scales
-added to each clipped count), divided by W = 0's, beside each (table, epsilon)'s z. On the tuning tables where
+added to each clipped count), divided by the first W's, beside each (table, epsilon)'s z. On the tuning tables where
 auto takes that path (diabetes and anes96 at small z; fair, nltcs and payroll never do), W = 1 - z / 40 under
 z = 40 (``choice.SMOOTH_Z``) was read off this table: ``--one-ways 0,0.25,0.5,1 --seeds 15 --epsilons 0.1,0.3,1
 --tables diabetes,anes96``.
@@ -77,6 +77,7 @@ import argparse
 import itertools
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -259,52 +260,42 @@ def cells_to_run(args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 def one_ways(args: argparse.Namespace) -> None:
-    """auto's independent path at each smoothing weight: median error over the seeds, over weight 0's."""
-    weights = [float(w) for w in args.one_ways.split(",")]
-    print(f"{'table':<9} {'epsilon':>7} {'z':>6} {'W = 0':>8} " + " ".join(f"{f'W = {w:g}':>9}" for w in weights[1:]))
-    for name, epsilons in cells_to_run(args).items():
-        batch, domain, _ = load(name)
-        true = counts(batch, domain, 3)
-        for epsilon in epsilons:
-            count_epsilon, rho = count_and_rho(epsilon, DELTA)
-            medians = []
-            for weight in weights:
-                runs = []
-                for seed in range(args.seeds):
-                    model = independent_one_ways(true, domain, epsilon=epsilon - count_epsilon, max_rows=1,
-                                                 count=(batch.num_rows, count_epsilon), smoothing=weight,
-                                                 source=random_source(seed)).model  # fmt: skip
-                    runs.append(errors(true, model.marginal)[0])
-                medians.append(float(np.median(runs)))
-            z = batch.num_rows * math.sqrt(2 * rho)
-            ratios = " ".join(f"{m / medians[0]:>9.3f}" for m in medians[1:])
-            print(f"{name:<9} {epsilon:>7g} {z:>6.0f} {medians[0]:>8.4f} {ratios}", flush=True)
+    """auto's independent path at each smoothing weight: median error over the seeds, over the first weight's."""
+    independent_path(args, "W", args.one_ways, lambda weight, z: {"smoothing": weight})
 
 
 def medians_weights(args: argparse.Namespace) -> None:
     """auto's independent path, today's smoothing, at each weight of its posterior medians: median error over the
     seeds, over the first weight's."""
-    weights = [float(w) for w in args.medians.split(",")]
-    print(f"{'table':<9} {'epsilon':>7} {'z':>6} {f'M = {weights[0]:g}':>8} "
-          + " ".join(f"{f'M = {w:g}':>9}" for w in weights[1:]))  # fmt: skip
-    for name, epsilons in cells_to_run(args).items():
-        batch, domain, _ = load(name)
+    independent_path(args, "M", args.medians,
+                     lambda weight, z: {"smoothing": max(0.0, 1 - z / SMOOTH_Z), "medians_weight": weight})  # fmt: skip
+
+
+def independent_path(args: argparse.Namespace, name: str, flag: str, options: Callable[[float, float], dict]) -> None:
+    """``choice.independent_one_ways`` (the count taken as the true size) at each of ``flag``'s values, each run's
+    keyword arguments ``options(value, z)``: the median model error over the seeds, divided by the first value's,
+    beside each (table, epsilon)'s z."""
+    values = [float(v) for v in flag.split(",")]
+    print(f"{'table':<9} {'epsilon':>7} {'z':>6} {f'{name} = {values[0]:g}':>8} "
+          + " ".join(f"{f'{name} = {v:g}':>9}" for v in values[1:]))  # fmt: skip
+    for table, epsilons in cells_to_run(args).items():
+        batch, domain, _ = load(table)
         true = counts(batch, domain, 3)
         for epsilon in epsilons:
             count_epsilon, rho = count_and_rho(epsilon, DELTA)
             z = batch.num_rows * math.sqrt(2 * rho)
             medians = []
-            for weight in weights:
+            for value in values:
                 runs = [
                     errors(true, independent_one_ways(
                         true, domain, epsilon=epsilon - count_epsilon, max_rows=1,
-                        count=(batch.num_rows, count_epsilon), smoothing=max(0.0, 1 - z / SMOOTH_Z),
-                        medians_weight=weight, source=random_source(seed)).model.marginal)[0]
+                        count=(batch.num_rows, count_epsilon), source=random_source(seed), **options(value, z),
+                    ).model.marginal)[0]
                     for seed in range(args.seeds)
                 ]  # fmt: skip
                 medians.append(float(np.median(runs)))
             ratios = " ".join(f"{m / medians[0]:>9.3f}" for m in medians[1:])
-            print(f"{name:<9} {epsilon:>7g} {z:>6.0f} {medians[0]:>8.4f} {ratios}", flush=True)
+            print(f"{table:<9} {epsilon:>7g} {z:>6.0f} {medians[0]:>8.4f} {ratios}", flush=True)
 
 
 def ramps(args: argparse.Namespace) -> None:
