@@ -58,11 +58,10 @@ code ``--ramps 1:1,0.7:1.1 --seeds 40 --cells fair:0.1,anes96:1.5`` repeats its 
 
 ``--one-ways W,...`` (issue 38) scores auto's independent path instead (``choice.independent_one_ways``, the
 count taken as the true size, the posterior medians at their weight): the median model error over the seeds with
-each smoothing weight W (noise scales
-added to each clipped count), divided by the first W's, beside each (table, epsilon)'s z. On the tuning tables where
-auto takes that path (diabetes and anes96 at small z; fair, nltcs and payroll never do), W = 1 - z / 40 under
-z = 40 (``choice.SMOOTH_Z``) was read off this table: ``--one-ways 0,0.25,0.5,1 --seeds 15 --epsilons 0.1,0.3,1
---tables diabetes,anes96``.
+each smoothing weight W (noise scales added to each clipped count), divided by the first W's, beside each (table,
+epsilon)'s z. On the tuning tables where auto takes that path (diabetes and anes96 at small z; fair, nltcs and
+payroll never do), W = 1 - z / 40 under z = 40 (``choice.SMOOTH_Z``) was read off this table, before the
+posterior medians: ``--one-ways 0,0.25,0.5,1 --seeds 15 --epsilons 0.1,0.3,1 --tables diabetes,anes96``.
 
 ``--medians M,...`` scores the same path at today's smoothing rule with each weight M of the 1-ways' empirical
 Bayes posterior medians (``choice.MEDIANS_WEIGHT``; 0 is the path before them), divided by the first M's. The

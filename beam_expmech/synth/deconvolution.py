@@ -36,16 +36,19 @@ def posterior_medians(noisy: dict[str, np.ndarray], scales: dict[str, float], *,
     A function of its arguments alone (post-processing of released counts: no privacy cost)."""
     rows = max(float(rows), 1.0)
     grid = np.concatenate([[0.0], np.geomspace(SMALLEST_RATIO, max(x.size for x in noisy.values()), GRID_POINTS)])
-    cells = sum(x.size for x in noisy.values())
+    # each cell's noisy count, its column's rows per code at r = 1, and its noise's scale, in column order
+    observed = np.concatenate([np.asarray(x, dtype=np.float64) for x in noisy.values()])
+    unit = np.concatenate([np.full(x.size, rows / x.size) for x in noisy.values()])
+    scale = np.concatenate([np.full(x.size, float(scales[c])) for c, x in noisy.items()])
     prior = np.full(grid.size, 1 / grid.size)
     for _ in range(PRIOR_STEPS):
         total = np.zeros(grid.size)
-        for likelihood in _likelihoods(noisy, scales, rows, grid):
+        for likelihood in _likelihoods(observed, unit, scale, grid):
             posterior = likelihood * prior
             total += (posterior / posterior.sum(axis=1, keepdims=True)).sum(axis=0)
-        prior = total / cells
+        prior = total / observed.size
     medians = []
-    for likelihood in _likelihoods(noisy, scales, rows, grid):
+    for likelihood in _likelihoods(observed, unit, scale, grid):
         posterior = likelihood * prior
         below = np.cumsum(posterior, axis=1) / posterior.sum(axis=1, keepdims=True)
         medians.append(grid[np.argmax(below >= 0.5, axis=1)])
@@ -59,14 +62,9 @@ def posterior_medians(noisy: dict[str, np.ndarray], scales: dict[str, float], *,
     return estimates
 
 
-def _likelihoods(
-    noisy: dict[str, np.ndarray], scales: dict[str, float], rows: float, grid: np.ndarray
-) -> Iterator[np.ndarray]:
-    """Each block of cells' Laplace likelihood at each r of ``grid`` (cells in column order, then block by block),
-    scaled so that each cell's largest is 1 (a cell's constant cancels in its posterior)."""
-    observed = np.concatenate([np.asarray(x, dtype=np.float64) for x in noisy.values()])
-    unit = np.concatenate([np.full(x.size, rows / x.size) for x in noisy.values()])
-    scale = np.concatenate([np.full(x.size, float(scales[c])) for c, x in noisy.items()])
+def _likelihoods(observed: np.ndarray, unit: np.ndarray, scale: np.ndarray, grid: np.ndarray) -> Iterator[np.ndarray]:
+    """Each block of cells' Laplace likelihood at each r of ``grid`` (a cell's mean there r x its ``unit``), scaled
+    so that each cell's largest is 1 (a cell's constant cancels in its posterior)."""
     for start in range(0, observed.size, BLOCK):
         part = slice(start, start + BLOCK)
         log_likelihood = -np.abs(observed[part, None] - grid * unit[part, None]) / scale[part, None]
