@@ -5,7 +5,7 @@
         [--no-ours | --ours auto,aim,...]
         [--reference-aim-rounds 8,nltcs=16]
         [--pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128]
-         [--margnet-source /work/margnet-src]]
+         [--margnet-source /work/margnet-src] [--pgm-minutes 30]]
     python -m benchmarks.bench_synth --write-wide DIR    (the wide table as Parquet, for pipelines.synthesize)
 
 Tables (``--datasets``, all by default; every column a code 0 .. size - 1, numbers binned as below):
@@ -650,25 +650,25 @@ def main() -> None:
                 print(f"{name:<13} {epsilon:>7g} {method:<16} {scores} {seconds:>8.1f}{failures(failed, method)}",
                       flush=True)  # fmt: skip
             for method in failed.keys() - rows.keys():
-                print(f"{name:<13} {epsilon:>7g} {method:<16} failed in every seed", flush=True)
+                print(f"{name:<13} {epsilon:>7g} {method:<16} not finished in every seed", flush=True)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         print(f"# {name}: peak RSS of this process so far {peak:,.0f} MiB", flush=True)
 
 
 def fit_or_report(fit: Callable[[], Fitted], method: str, run: str, failed: dict[str, int]) -> Fitted | None:
-    """``fit()``; None where Private-PGM's process failed (``private_pgm.PgmFailed``): a line names the ``run``
-    and its reason, and ``failed`` counts it under ``method``."""
+    """``fit()``; None where Private-PGM's process failed or was stopped at its cap (``private_pgm.PgmFailed``): a
+    line names the ``run`` and its reason, and ``failed`` counts it under ``method``."""
     try:
         return fit()
     except private_pgm.PgmFailed as failure:
         failed[method] = failed.get(method, 0) + 1
-        print(f"# {run}: failed ({failure.reason}); left out of the medians", flush=True)
+        print(f"# {run}: {failure.reason}; left out of the medians", flush=True)
         return None
 
 
 def failures(failed: dict[str, int], method: str) -> str:
     """What a median line adds when some of its seeds failed (``fit_or_report``)."""
-    return f"  ({failed[method]} seed{'s' * (failed[method] > 1)} failed, left out)" if method in failed else ""
+    return f"  ({failed[method]} seed{'s' * (failed[method] > 1)} not finished, left out)" if method in failed else ""
 
 
 def write_wide(directory: Path) -> None:

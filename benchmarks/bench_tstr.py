@@ -136,7 +136,7 @@ def main() -> None:
                 line = f"{name:<13} {target:<12} {epsilon:>7g} {method:<16} {auc:>6.3f} {accuracy:>8.3f}"
                 print(f"{line} {seconds:>8.1f}{failures(failed, method)}", flush=True)
             for method in failed.keys() - runs.keys():
-                print(f"{name:<13} {target:<12} {epsilon:>7g} {method:<16} failed in every seed", flush=True)
+                print(f"{name:<13} {target:<12} {epsilon:>7g} {method:<16} not finished in every seed", flush=True)
 
 
 if __name__ == "__main__":

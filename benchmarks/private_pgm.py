@@ -1,7 +1,8 @@
 """Private-PGM's own MST and AIM (and MargNet) as benchmark references, run in a process and interpreter of their own.
 
     python -m benchmarks.bench_synth --references pgm-mst,pgm-aim \\
-        --pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128]
+        --pgm-python /work/pgm-venv/bin/python --pgm-source /work/pgm-src [--pgm-aim-rounds 64,nltcs=128] \\
+        [--pgm-minutes 30]
 
 Private-PGM (McKenna, Sheldon, Miklau; github.com/ryan112358/private-pgm) at master (4d2b3c5 was measured): its
 ``mechanisms/mst.py`` and ``mechanisms/aim.py`` with the ``mbi`` of the same tree (``src/mbi``), not PyPI's
@@ -59,12 +60,18 @@ mechanism and sampling all draw from it), and runs with PYTHONHASHSEED=0, since 
 marginals out of a set of tuples of str, whose order (and so which marginal a draw picks, and which noise
 goes to which 1-way) otherwise changes with each process's hash seed: the same seed then gives the same
 rows. Repeatable, and NOT private, as for OpenDP's references.
+
+A time cap, ``--pgm-minutes M``: a run still going after M minutes is stopped, and the bench's line says how far
+it got (AIM: its rounds after the 1-ways and the share of rho spent; MargNet: its rounds), read from what the
+mechanism had printed (the runner passes it on as it prints). Such a run is left out of the medians. No cap by
+default: on nltcs and wide Private-PGM's AIM runs for hours a seed (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -81,14 +88,26 @@ MAX_MODEL_SIZE = 80.0  # MB, AIM's max_model_size: Private-PGM's and OpenDP's de
 
 
 class PgmFailed(RuntimeError):
-    """Private-PGM's process exited with an error (as its AIM's "probabilities contain NaN" at titanic 0.1): the
-    benches report the run as a line and leave it out of the medians. ``reason``: its last line of stderr."""
+    """Private-PGM's process exited with an error (as its AIM's "probabilities contain NaN" at titanic 0.1) or
+    was stopped at the time cap: the benches report the run as a line and leave it out of the medians.
+    ``reason``: its last line of stderr, or how far it got before the cap (``progress``)."""
 
-    def __init__(self, method: str, returncode: int, stderr: str):
-        lines = stderr.strip().splitlines() or ["(no output)"]
-        self.reason = lines[-1]
-        tail = "\n".join(lines[-30:])
-        super().__init__(f"Private-PGM's {method} exited with {returncode}:\n{tail}")
+    def __init__(self, method: str, reason: str, stderr: str):
+        self.reason = reason
+        tail = "\n".join(stderr.strip().splitlines()[-30:])
+        super().__init__(f"Private-PGM's {method}: {reason}\n{tail}")
+
+
+def progress(method: str, printed: str) -> str:
+    """How far a run got, from what its mechanism printed (the runner passes it on as it prints): AIM's rounds
+    and the share of rho it had spent, MargNet's rounds."""
+    if method == "aim":
+        spent = [line.split() for line in printed.splitlines() if line.startswith("Budget Used")]
+        share = f", {float(spent[-1][2]) / float(spent[-1][4]):.0%} of rho spent" if spent else ""
+        return f"{printed.count('Measuring Clique')} rounds after its 1-ways{share}"
+    if method == "margnet":
+        return f"{printed.count('selected marginal:')} rounds"
+    return "no rounds to count"
 
 
 @dataclass(frozen=True)
@@ -116,6 +135,7 @@ class PrivatePgm:
     python: Path
     source: Path
     margnet_source: Path | None = None  # pull request #48's tree (b2f2b81), for MargNet
+    minutes: float | None = None  # a run's time cap (--pgm-minutes); None: no cap
 
     def run(
         self,
@@ -152,9 +172,19 @@ class PrivatePgm:
             command += [str(given), str(answer)]
             environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # its own packages only
             environment["PYTHONHASHSEED"] = "0"  # AIM's candidates come out of sets of str: their order, repeatable
-            done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+            cap = None if self.minutes is None else 60 * self.minutes
+            try:
+                done = subprocess.run(
+                    command, capture_output=True, text=True, env=environment, check=False, timeout=cap
+                )
+            except subprocess.TimeoutExpired as stopped:  # the process is killed; its stderr so far (bytes) kept
+                printed = stopped.stderr or b""
+                printed = printed.decode(errors="replace") if isinstance(printed, bytes) else printed
+                reason = f"stopped at {self.minutes:g} min, {progress(method, printed)}"
+                raise PgmFailed(method, reason, printed) from None
             if done.returncode:
-                raise PgmFailed(method, done.returncode, done.stderr)
+                lines = done.stderr.strip().splitlines() or ["(no output)"]
+                raise PgmFailed(method, f"exited with {done.returncode}: {lines[-1]}", done.stderr)
             with np.load(answer) as stored:
                 names = json.loads(str(stored["cliques"]))
                 factors = [(tuple(c), stored[f"factor_{i}"]) for i, c in enumerate(names)]
@@ -172,6 +202,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pgm-aim-rounds",
         default="",
         help="Private-PGM AIM's T: a number for every dataset and/or NAME=T for one (default 16 d)",
+    )
+    parser.add_argument(
+        "--pgm-minutes",
+        type=float,
+        help="stop a Private-PGM run after this many minutes (a line says how far it got; left out of the medians)",
     )
     parser.add_argument(
         "--margnet-source",
@@ -198,7 +233,9 @@ def configured(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Pri
     for part in ("mechanisms/margnet.py", "src/mbi/nn_generator.py") if margnet is not None else ():
         if not (margnet / part).is_file():
             parser.error(f"--margnet-source {margnet}: no {part} (Private-PGM's tree at b2f2b81)")
-    return PrivatePgm(args.pgm_python, args.pgm_source.resolve(), margnet and margnet.resolve())
+    if args.pgm_minutes is not None and not (math.isfinite(args.pgm_minutes) and args.pgm_minutes > 0):
+        parser.error(f"--pgm-minutes {args.pgm_minutes:g}: a number of minutes > 0")
+    return PrivatePgm(args.pgm_python, args.pgm_source.resolve(), margnet and margnet.resolve(), args.pgm_minutes)
 
 
 def report(label: str, fit: PgmFit) -> None:

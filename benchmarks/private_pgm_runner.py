@@ -13,7 +13,7 @@ model: a mixture of product distributions, one a row, each column's probabilitie
 This file imports nothing of beam-expmech: only numpy and Private-PGM, from PGM_SOURCE (its ``src`` for ``mbi``, its
 ``mechanisms`` for ``mst``, ``aim``, ``margnet`` and their own ``from mechanism import Mechanism``), put first on
 sys.path so that the ``mbi`` of that same source tree is the one imported. What their mechanisms print goes to this
-process's stderr.
+process's stderr as they print it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main() -> None:
     names, sizes = [str(n) for n in stored["names"]], [int(s) for s in stored["sizes"]]
     data = Dataset(pd.DataFrame(stored["codes"], columns=names), Domain(names, sizes))
     np.random.seed(args.seed)  # their noise, their exponential mechanism and mbi's sampling all draw from it
-    printed = io.StringIO()
+    printed = _Passed()
     start = time.perf_counter()
     with contextlib.redirect_stdout(printed):
         fit = {"mst": run_mst, "aim": run_aim, "margnet": run_margnet}[args.method](data, args)
@@ -71,7 +71,6 @@ def main() -> None:
     if args.method == "margnet":
         info["rounds measured"] = printed.getvalue().count("selected marginal:")
         info["noise lowered"] = printed.getvalue().count("sigma updated")
-    sys.stderr.write(printed.getvalue())
     factors = fit.factors()
     np.savez(
         args.output,
@@ -81,6 +80,16 @@ def main() -> None:
         **{f"factor_{i}": values for i, (_, values) in enumerate(factors)},
         **({"mixture": fit.mixture} if isinstance(fit, MixtureFit) else {}),
     )
+
+
+class _Passed(io.StringIO):
+    """What a mechanism prints: kept, and passed on to stderr as it comes (a run stopped at the benches' time cap
+    leaves there how far it got)."""
+
+    def write(self, text: str) -> int:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return super().write(text)
 
 
 class Fit:
