@@ -667,7 +667,7 @@ def fit_or_report(fit: Callable[[], Fitted], method: str, run: str, failed: dict
 
 
 def failures(failed: dict[str, int], method: str) -> str:
-    """What a median line adds when some of its seeds failed (``fit_or_report``)."""
+    """What a median line adds when some of its seeds did not finish (``fit_or_report``)."""
     return f"  ({failed[method]} seed{'s' * (failed[method] > 1)} not finished, left out)" if method in failed else ""
 
 
