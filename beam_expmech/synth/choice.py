@@ -156,6 +156,10 @@ def independent_one_ways(
     their mean (``MEDIANS_WEIGHT``) was chosen on the tuning half of the benchmark's tables, where it beat either
     alone (docs/benchmarks.md, "the independent path's 1-ways through an empirical Bayes prior").
     """
+    smoothing = parameters.non_negative_finite(smoothing, "smoothing")  # checked before any noise is drawn
+    medians_weight = parameters.non_negative_finite(medians_weight, "medians_weight")
+    if medians_weight > 1:  # a weight over 1 would give some codes negative probabilities
+        raise ValueError(f"medians_weight must be in [0, 1], got {medians_weight!r}")
     noisy_count, count_epsilon = count
     sums, variances = [noisy_count], [2 * (max_rows / count_epsilon) ** 2]
     noisy, scales, releases = {}, {}, []

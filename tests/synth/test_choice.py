@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from beam_expmech.accounting import PrivacyBudget, epsilon_to_zcdp
+from beam_expmech.mechanisms.randomness import random_source
 from beam_expmech.synth import choice
 
 DOMAIN = {"a": 4, "b": 9, "c": 2}
@@ -81,6 +82,19 @@ def test_the_independent_path_splits_epsilon_by_the_square_root_of_the_sizes():
     for column, size in DOMAIN.items():
         marginal = result.model.marginal([column])
         assert marginal.shape == (size,) and marginal.min() >= 0 and marginal.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "weights", [{"smoothing": -0.5}, {"smoothing": math.inf}, {"medians_weight": 1.5}, {"medians_weight": -0.1}]
+)
+def test_the_independent_paths_weights_are_refused_out_of_range_before_any_noise(monkeypatch, weights):
+    drawn = []
+    monkeypatch.setattr(choice, "discrete_laplace_mechanism", lambda *a, **k: drawn.append(a) or a[0])
+    with pytest.raises(ValueError, match=next(iter(weights))):
+        choice.independent_one_ways(
+            workload(100), DOMAIN, epsilon=1.0, max_rows=1, count=(100.0, 0.01), source=random_source(1), **weights
+        )
+    assert drawn == []
 
 
 @pytest.mark.parametrize("target", [None, "b"])
